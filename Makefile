@@ -1,0 +1,48 @@
+# llm-bringup developer entry points. `make help` lists them.
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+export LANG := C.UTF-8
+export LC_ALL := C.UTF-8
+export ANSIBLE_FORCE_COLOR := 0
+VENV := .venv
+BIN := $(CURDIR)/$(VENV)/bin
+export PATH := $(BIN):$(PATH)
+
+.PHONY: help venv docker-engine image lint unit molecule e2e perf test demo clean
+
+help: ## this list
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
+
+venv: ## controller venv with the pinned toolchain (idempotent)
+	@scripts/bootstrap-venv
+
+docker-engine: ## make sure a Docker engine answers (installs docker.io as root on Debian/Ubuntu)
+	@scripts/ensure-docker
+
+image: docker-engine ## build (or reuse the cached) node image
+	@scripts/build-node-image >/dev/null
+
+lint: venv ## ruff + ansible-lint (production profile)
+	ruff check .
+	ansible-lint --offline -q
+
+unit: venv ## pytest: parsers, planner, patcher, simulator, engine double
+	pytest -q -p no:cacheprovider tests/unit
+
+molecule: venv image ## every Molecule scenario, one after another
+	tests/run-molecule $(SCENARIOS)
+
+e2e: venv image ## site.yml end to end on a simulated 2-node cluster
+	tests/e2e/run
+
+perf: venv image ## benchmarks (print ratios measured side by side)
+	tests/perf/run
+
+test: lint unit molecule e2e ## everything CI runs
+
+demo: venv image ## bring up a 2-node simulated cluster and run site.yml against it
+	scripts/demo
+
+clean: ## remove simulated clusters, molecule leftovers and artifacts
+	-for n in $$(ls .cache/sim 2>/dev/null); do scripts/sim-cluster down --name $$n; done
+	rm -rf artifacts .cache/facts
