@@ -1,0 +1,47 @@
+"""Helpers shared by the benchmarks under tests/perf/ and the end-to-end tests."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SIM = ROOT / "scripts" / "sim-cluster"
+
+
+def ansible_env(mitogen: bool = False) -> dict[str, str]:
+    env = dict(os.environ, LANG="C.UTF-8", LC_ALL="C.UTF-8", ANSIBLE_FORCE_COLOR="0",
+               PATH=f"{ROOT / '.venv/bin'}:{os.environ.get('PATH', '')}")
+    env.pop("ANSIBLE_STRATEGY", None)
+    if mitogen:
+        out = subprocess.run([str(ROOT / "scripts/mitogen-env")], capture_output=True, text=True, check=True).stdout
+        for part in out.replace("export ", "").split():
+            k, v = part.split("=", 1)
+            env[k] = v
+    return env
+
+
+@contextlib.contextmanager
+def cluster(name: str, nodes: int, profile: str, keep: bool = False, extra: list[str] | None = None) -> Iterator[Path]:
+    """A simulated cluster for the duration of a with-block; yields its inventory path."""
+    subprocess.run([str(SIM), "up", "--name", name, "--nodes", str(nodes), "--profile", profile, *(extra or [])],
+                   check=True)
+    try:
+        yield Path(subprocess.run([str(SIM), "inventory", "--name", name], capture_output=True, text=True,
+                                  check=True).stdout.strip())
+    finally:
+        if not keep:
+            subprocess.run([str(SIM), "down", "--name", name], capture_output=True)
+
+
+def inventory_hosts(inv: Path) -> list[dict]:
+    """[{name, ip, key, known_hosts}] from an inventory written by sim-cluster."""
+    data = json.loads("".join(line for line in inv.read_text().splitlines(keepends=True) if not line.startswith("#")))
+    grp = data["all"]["children"]["accel_nodes"]
+    key = grp["vars"]["ansible_ssh_private_key_file"]
+    known = str(Path(key).parent / "known_hosts")
+    return [{"name": n, "ip": hv["ansible_host"], "key": key, "known_hosts": known} for n, hv in grp["hosts"].items()]
