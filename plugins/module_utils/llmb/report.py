@@ -1,0 +1,67 @@
+"""Aggregate every stage's per-host results under artifacts/<run-id>/ into one report."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+STAGE_ORDER = ["preflight", "verify", "engine", "weights", "ssh_mesh", "serve", "bench"]
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def collect(run_dir: Path) -> dict:
+    stages: dict[str, dict[str, dict]] = {}
+    for sd in sorted(p for p in run_dir.iterdir() if p.is_dir()):
+        for f in sorted(sd.glob("*.json")):
+            try:
+                data = json.loads(f.read_text())
+            except ValueError as e:
+                data = {"ok": False, "error": f"unreadable result {f}: {e}"}
+            if isinstance(data, dict):
+                stages.setdefault(sd.name, {})[f.stem] = data
+    order = {s: i for i, s in enumerate(STAGE_ORDER)}
+    stages = dict(sorted(stages.items(), key=lambda kv: order.get(kv[0], 99)))
+    failed = [{"stage": s, "host": h} for s, hosts in stages.items() for h, d in hosts.items() if d.get("ok") is False]
+    endpoint = None
+    answer = None
+    for h, d in stages.get("serve", {}).items():
+        for rec in [c for t in d.get("smoke", []) for c in (t if isinstance(t, list) else [])]:
+            if rec.get("check") == "chat-completion":
+                endpoint = rec["request"].split(" ", 1)[1].rsplit("/chat/completions", 1)[0]
+                answer = rec.get("found")
+    return {"run_id": run_dir.name, "ok": not failed, "failed": failed, "endpoint": endpoint,
+            "smoke_answer": answer, "stages": {s: {h: bool(d.get("ok", True)) for h, d in hs.items()}
+                                               for s, hs in stages.items()}}
+
+
+def render_md(rep: dict) -> str:
+    lines = [f"# llm-bringup run {rep['run_id']}", "",
+             f"Verdict: **{'OK' if rep['ok'] else 'FAILED'}**", ""]
+    if rep.get("endpoint"):
+        lines += [f"Endpoint: {rep['endpoint']}", f"Smoke answer: {rep.get('smoke_answer')!r}", ""]
+    hosts = sorted({h for hs in rep["stages"].values() for h in hs})
+    if hosts:
+        lines.append("| stage | " + " | ".join(hosts) + " |")
+        lines.append("|---|" + "---|" * len(hosts))
+        for s, hs in rep["stages"].items():
+            cells = ["ok" if hs.get(h) else ("FAILED" if h in hs else "-") for h in hosts]
+            lines.append(f"| {s} | " + " | ".join(cells) + " |")
+    lines += ["", "Per-host results: `<stage>/<host>.json` beside this file.", ""]
+    return "\n".join(lines)
+
+
+def write_report(run_dir: str) -> dict:
+    rd = Path(run_dir)
+    rep = collect(rd)
+    _atomic_write(rd / "report.json", json.dumps(rep, indent=2) + "\n")
+    _atomic_write(rd / "report.md", render_md(rep))
+    return rep

@@ -1,0 +1,123 @@
+"""Serve-stage logic shared by the node-side modules (stdlib only, Python 3.9+).
+
+- systemd_exec(argv): an ExecStart= line that systemd splits back into exactly argv.
+- docker_run_argv(spec): the `docker run` argv for a container service of the launch plan.
+- spec_hash(spec): a stable hash recorded as a container label, so a changed plan recreates
+  only the containers whose spec changed.
+- Readiness: classify a unit's state and decide whether to keep waiting or fail now.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+SPEC_LABEL = "io.llm-bringup.spec-hash"
+
+
+def _systemd_quote(arg: str) -> str:
+    # systemd: specifiers (%) and variable expansion ($) must be doubled; quotes and
+    # backslashes escaped inside a double-quoted word.
+    s = str(arg).replace("%", "%%").replace("$", "$$")
+    if s and all(c.isalnum() or c in "-_./:=,+@" for c in s):
+        return s
+    s = s.replace("\\", "\\\\").replace('"', '\\"')
+    return f'"{s}"'
+
+
+def systemd_exec(argv: list[str]) -> str:
+    if not argv:
+        raise ValueError("empty argv")
+    if not str(argv[0]).startswith("/"):
+        raise ValueError(f"ExecStart needs an absolute path, got {argv[0]!r}")
+    return " ".join(_systemd_quote(a) for a in argv)
+
+
+def spec_hash(spec: dict) -> str:
+    blob = json.dumps(spec, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def docker_run_argv(name: str, image: str, argv: list[str], env: dict, devices: list, mounts: list,
+                    options: dict) -> list[str]:
+    """`docker run -d` argv for one container service. `options` keys follow the plan:
+    network, ipc, pid, shm_size, privileged, cap_add, security_opt, ulimits, entrypoint, restart,
+    workdir, user, extra_args."""
+    o = options or {}
+    spec = {"image": image, "argv": argv, "env": env, "devices": devices, "mounts": mounts, "options": o}
+    out = ["docker", "run", "-d", "--name", name, "--label", f"{SPEC_LABEL}={spec_hash(spec)}",
+           "--restart", str(o.get("restart", "unless-stopped"))]
+    if o.get("network"):
+        out += ["--network", str(o["network"])]
+    if o.get("ipc"):
+        out += ["--ipc", str(o["ipc"])]
+    if o.get("pid"):
+        out += ["--pid", str(o["pid"])]
+    if o.get("shm_size"):
+        out += ["--shm-size", str(o["shm_size"])]
+    if o.get("privileged"):
+        out += ["--privileged"]
+    for cap in o.get("cap_add") or []:
+        out += ["--cap-add", str(cap)]
+    for so in o.get("security_opt") or []:
+        out += ["--security-opt", str(so)]
+    for ul in o.get("ulimits") or []:
+        out += ["--ulimit", str(ul)]
+    for grp in o.get("group_add") or []:
+        out += ["--group-add", str(grp)]
+    if o.get("workdir"):
+        out += ["-w", str(o["workdir"])]
+    if o.get("user"):
+        out += ["--user", str(o["user"])]
+    for d in devices or []:
+        out += ["--device", d if isinstance(d, str) else f"{d['host']}:{d.get('container', d['host'])}"]
+    for m in mounts or []:
+        if isinstance(m, str):
+            out += ["-v", m]
+        else:
+            spec_m = f"{m['host']}:{m.get('container', m['host'])}"
+            if m.get("readonly") or m.get("mode") == "ro":
+                spec_m += ":ro"
+            out += ["-v", spec_m]
+    for k in sorted(env or {}):
+        out += ["-e", f"{k}={env[k]}"]
+    out += [str(a) for a in o.get("extra_args") or []]
+    if o.get("entrypoint") is not None:
+        out += ["--entrypoint", str(o["entrypoint"])]
+    out.append(image)
+    out += [str(a) for a in argv or []]
+    return out
+
+
+# --- readiness -------------------------------------------------------------------------------
+
+def unit_verdict(props: dict, restarts_at_start: int) -> str | None:
+    """None while a starting unit may still come up; else a reason it will not."""
+    active = props.get("ActiveState", "")
+    sub = props.get("SubState", "")
+    restarts = int(props.get("NRestarts", "0") or 0)
+    if active == "failed":
+        return f"unit failed (exit status {props.get('ExecMainStatus', '?')}, {props.get('Result', '?')})"
+    if restarts > restarts_at_start or sub == "auto-restart":
+        return f"unit exited and is being restarted by systemd (exit status {props.get('ExecMainStatus', '?')})"
+    if active == "inactive" and sub == "dead":
+        return "unit is not running (inactive)"
+    return None
+
+
+def parse_systemctl_show(text: str) -> dict:
+    out = {}
+    for line in text.splitlines():
+        k, sep, v = line.partition("=")
+        if sep:
+            out[k] = v
+    return out
+
+
+def container_verdict(state: dict) -> str | None:
+    status = state.get("Status", "")
+    if status in ("exited", "dead"):
+        return f"container exited (exit code {state.get('ExitCode')}, {state.get('Error') or 'no error text'})"
+    if state.get("Restarting"):
+        return f"container is restarting (exit code {state.get('ExitCode')})"
+    return None
