@@ -33,7 +33,7 @@ def collect(run_dir: Path) -> dict:
     failed = [{"stage": s, "host": h} for s, hosts in stages.items() for h, d in hosts.items() if d.get("ok") is False]
     endpoint = None
     answer = None
-    for h, d in stages.get("serve", {}).items():
+    for d in stages.get("serve", {}).values():
         for rec in [c for t in d.get("smoke", []) for c in (t if isinstance(t, list) else [])]:
             if rec.get("check") == "chat-completion":
                 endpoint = rec["request"].split(" ", 1)[1].rsplit("/chat/completions", 1)[0]

@@ -1,0 +1,119 @@
+"""llmb_verify: probe the node (accel_probe, one module call), then on the controller parse the
+outputs, compare them with the platform profile and write <artifacts>/verify/<host>.json.
+
+Deviations never fail this task: the verify role's last task (llmb_verify_report) fails once with
+every deviation of every host. Documentation: plugins/modules/llmb_verify.py.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import sys
+
+from ansible.errors import AnsibleActionFail
+from ansible.plugins.action import ActionBase
+
+_MU = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "module_utils")
+if _MU not in sys.path:
+    sys.path.insert(0, _MU)
+
+from llmb import verify as V  # noqa: E402
+from llmb.hw.facts import build_facts  # noqa: E402
+from llmb.hw.probes import write_bundle  # noqa: E402
+
+ARG_SPEC = {
+    "platform": {"type": "str"},
+    "artifacts_dir": {"type": "path"},
+    "run_id": {"type": "str"},
+    "profile_overrides": {"type": "dict", "default": {}},
+    "waive": {"type": "list", "elements": "str", "default": []},
+    "timeout": {"type": "int", "default": 60},
+    "vendor": {"type": "str", "default": "auto", "choices": ["auto", "nvidia", "amd", "ascend", "none"]},
+    "verify": {"type": "bool", "default": True},
+    "bundle_dir": {"type": "path"},
+    "platforms_dir": {"type": "path"},
+}
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _requires_connection = True
+
+    def run(self, tmp=None, task_vars=None):
+        task_vars = task_vars or {}
+        result = super().run(tmp, task_vars)
+        _, args = self.validate_argument_spec(argument_spec=ARG_SPEC)
+        host = task_vars.get("inventory_hostname")
+        if args["verify"] and not args["platform"]:
+            raise AnsibleActionFail(f"{host}: llmb_verify needs 'platform' (set llmb_platform for this host)")
+        if args["verify"] and not args["artifacts_dir"]:
+            raise AnsibleActionFail(f"{host}: llmb_verify needs 'artifacts_dir' to write its result")
+        profile = None
+        if args["verify"]:
+            try:
+                profile = V.load_profile(args["platform"], args["platforms_dir"], args["profile_overrides"])
+            except ValueError as exc:
+                raise AnsibleActionFail(f"{host}: check platform: {exc}") from None
+
+        started = datetime.datetime.now(datetime.UTC)
+        probe = self._execute_module(
+            module_name="accel_probe",
+            module_args={"vendor": args["vendor"], "timeout": args["timeout"]},
+            task_vars=task_vars,
+        )
+        if probe.get("failed"):
+            facts = {"vendor": None, "devices": [], "errors": [], "warnings": []}
+            checks = [{"id": "probe.accel_probe", "ok": False, "expected": "the accel_probe module runs on the node",
+                       "found": str(probe.get("msg") or probe.get("module_stderr") or "failed")[:500],
+                       "hint": "python3 must exist on the node; see the module error above"}]
+            raw = {"probes": [], "vendor": None}
+        else:
+            raw = probe
+            facts = build_facts(probe["probes"], probe.get("vendor"))
+            checks = V.verify(facts, profile, args["waive"]) if profile else []
+
+        out: dict = {"changed": False}
+        if args["bundle_dir"] and raw["probes"]:
+            hdir = os.path.join(args["bundle_dir"], host)
+            write_bundle(raw, hdir)
+            V.write_json(os.path.join(hdir, "meta.json"),
+                       {"host": host, "node_hostname": raw.get("host"), "vendor": raw.get("vendor"),
+                        "tools": raw.get("tools"), "collected_at": started.isoformat(timespec="seconds"),
+                        "run_id": args["run_id"], "probes": [{k: p[k] for k in ("name", "kind", "cmd", "rc",
+                                                                                   "duration_s")} for p in raw["probes"]]})
+            out["bundle"] = hdir
+        if profile is None:
+            out.update(vendor=raw.get("vendor"), probes=[p["name"] for p in raw["probes"]])
+            return {**result, **out}
+
+        summary = V.summarize(host, profile, checks, facts)
+        summary.update({
+            "run_id": args["run_id"],
+            "started": started.isoformat(timespec="seconds"),
+            "probe_seconds": raw.get("duration_s"),
+            "node_hostname": raw.get("host"),
+            "vendor": facts.get("vendor"),
+            "driver_version": facts.get("driver_version"),
+            "facts": facts,
+        })
+        path = os.path.join(args["artifacts_dir"], "verify", f"{host}.json")
+        V.write_json(path, summary)
+        failed = [c for c in checks if not c["ok"]]
+        out.update({
+            "ok": summary["ok"],
+            "platform": profile["name"],
+            "result_file": path,
+            "counts": summary["counts"],
+            "failed_checks": failed,
+            "msg": (f"{host}: all {len(checks)} checks of {profile['name']} passed" if not failed else
+                    f"{host}: {len(failed)} of {len(checks)} checks of {profile['name']} failed: "
+                    + ", ".join(c["id"] for c in failed)),
+            "ansible_facts": {"llmb_accel": {
+                "vendor": facts.get("vendor"), "driver_version": facts.get("driver_version"),
+                "device_count": len(facts.get("devices") or []),
+                "models": sorted({d.get("model") for d in facts.get("devices") or [] if d.get("model")}),
+                "verify_ok": summary["ok"],
+            }},
+        })
+        return {**result, **out}

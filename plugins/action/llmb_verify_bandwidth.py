@@ -1,0 +1,63 @@
+"""llmb_verify_bandwidth: compare a node's bandwidth probe output (nccl-tests all_reduce_perf or the
+verify role's torch probe) with the platform profile's thresholds; write
+<artifacts>/verify/<host>.bandwidth.json. Never fails: llmb_verify_report does, once, for all hosts.
+Documentation: plugins/modules/llmb_verify_bandwidth.py.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from ansible.errors import AnsibleActionFail
+from ansible.plugins.action import ActionBase
+
+_MU = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "module_utils")
+if _MU not in sys.path:
+    sys.path.insert(0, _MU)
+
+from llmb import verify as V  # noqa: E402
+from llmb.hw import ParseError, parse  # noqa: E402
+
+ARG_SPEC = {
+    "output": {"type": "str", "default": ""},
+    "rc": {"type": "int", "default": 0},
+    "platform": {"type": "str", "required": True},
+    "profile_overrides": {"type": "dict", "default": {}},
+    "artifacts_dir": {"type": "path", "required": True},
+    "platforms_dir": {"type": "path"},
+}
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _requires_connection = False
+
+    def run(self, tmp=None, task_vars=None):
+        task_vars = task_vars or {}
+        result = super().run(tmp, task_vars)
+        _, args = self.validate_argument_spec(argument_spec=ARG_SPEC)
+        host = task_vars.get("inventory_hostname")
+        try:
+            profile = V.load_profile(args["platform"], args["platforms_dir"], args["profile_overrides"])
+        except ValueError as exc:
+            raise AnsibleActionFail(f"{host}: check platform: {exc}") from None
+        parsed, error = None, None
+        text = args["output"] or ""
+        if args["rc"] != 0 and not text.strip():
+            error = f"probe exit status {args['rc']}"
+        else:
+            kind = "nccl-tests" if "Avg bus bandwidth" in text else "torch-bw"
+            try:
+                parsed = parse(text, kind)
+            except ParseError as exc:
+                last = text.strip().splitlines()[-1] if text.strip() else ""
+                error = f"{exc} (last line: {last[:200]!r})"
+        checks = V.bandwidth_checks(parsed, profile, error)
+        path = os.path.join(args["artifacts_dir"], "verify", f"{host}.bandwidth.json")
+        V.write_json(path, {"host": host, "platform": profile["name"], "ok": all(c["ok"] for c in checks),
+                            "checks": checks, "measured": parsed, "raw": text[-20000:]})
+        result.update(changed=False, platform=profile["name"], checks=checks, result_file=path,
+                      ok=all(c["ok"] for c in checks),
+                      msg="; ".join(f"{c['id']}: {c['found']}" for c in checks))
+        return result

@@ -1,0 +1,75 @@
+"""llmb_verify_report: gather every play host's verify result, write <artifacts>/verify/summary.json
+and fail once, listing every failed check of every host (host, check, expected, found, hint).
+Run it once (run_once: true) after llmb_verify. Documentation: plugins/modules/llmb_verify_report.py.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from ansible.errors import AnsibleActionFail
+from ansible.plugins.action import ActionBase
+
+_MU = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "module_utils")
+if _MU not in sys.path:
+    sys.path.insert(0, _MU)
+
+from llmb import verify as V  # noqa: E402
+
+ARG_SPEC = {
+    "artifacts_dir": {"type": "path", "required": True},
+    "result_var": {"type": "str", "default": "__verify_result"},
+    "bandwidth_var": {"type": "str", "default": "__verify_bandwidth"},
+    "fail": {"type": "bool", "default": True},
+}
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _requires_connection = False
+
+    def run(self, tmp=None, task_vars=None):
+        task_vars = task_vars or {}
+        result = super().run(tmp, task_vars)
+        _, args = self.validate_argument_spec(argument_spec=ARG_SPEC)
+        hosts = list(task_vars.get("ansible_play_hosts_all") or [])
+        alive = set(task_vars.get("ansible_play_hosts") or [])
+        hostvars = task_vars.get("hostvars") or {}
+        results = []
+        for h in hosts:
+            hv = hostvars.get(h, {})
+            res = hv.get(args["result_var"]) if h in hostvars else None
+            bw = hv.get(args["bandwidth_var"]) if h in hostvars else None
+            entry: dict = {"host": h, "checks": []}
+            if isinstance(res, dict) and "counts" in res:
+                entry.update(ok=res["ok"], platform=res.get("platform"), result_file=res.get("result_file"),
+                             checks=list(res.get("failed_checks", [])), counts=res["counts"])
+            elif isinstance(bw, dict) and "checks" in bw:
+                entry.update(ok=True, platform=bw.get("platform"))
+            else:
+                why = "the host was unreachable or failed" if h not in alive else "no verify result was recorded"
+                entry.update(ok=False, unreachable=why)
+            if isinstance(bw, dict) and "checks" in bw:
+                bad = [c for c in bw["checks"] if not c["ok"]]
+                entry["checks"] += bad
+                entry["bandwidth_file"] = bw.get("result_file")
+                if bad:
+                    entry["ok"] = False
+            results.append(entry)
+        lines = V.report_lines(results)
+        ok = all(r["ok"] for r in results)
+        summary = {"ok": ok, "hosts": len(results), "failed_hosts": [r["host"] for r in results if not r["ok"]],
+                   "results": results, "report": lines}
+        path = os.path.join(args["artifacts_dir"], "verify", "summary.json")
+        V.write_json(path, summary)
+        result.update(changed=False, ok=ok, summary_file=path, failed_hosts=summary["failed_hosts"])
+        if not ok and args["fail"]:
+            result["failed"] = True
+            result["msg"] = (f"verify: {len(summary['failed_hosts'])} of {len(results)} hosts deviate from their "
+                             f"platform profile ({len(lines)} failed checks; details in {path}):\n" + "\n".join(lines))
+        else:
+            result["msg"] = f"verify: all {len(results)} hosts match their platform profile (summary: {path})"
+        if not hosts:
+            raise AnsibleActionFail("verify: no hosts in this play")
+        return result

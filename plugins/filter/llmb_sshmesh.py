@@ -1,0 +1,116 @@
+"""Filters of the ssh_mesh role (controller side); the logic is llmb.sshmesh.
+
+    line: "{{ pubkey | llmb_ssh_authorized_line(addresses, comment, extra) }}"
+    rx:   "{{ pubkey | llmb_ssh_authorized_regexp }}"
+    text: "{{ entries | llmb_ssh_known_hosts(header) }}"
+    text: "{{ nodes | llmb_ssh_known_hosts_for(22, 2233, ansible_check_mode, header) }}"
+    bad:  "{{ addresses | llmb_ssh_not_addresses }}"
+    n:    "{{ rows | llmb_ssh_mesh_bad_pairs }}"
+    rows: "{{ hostvars | llmb_ssh_mesh_rows(nodes, '__ssh_mesh_check', port) }}"   # {source: [pairs]}
+    text: "{{ rows | llmb_ssh_mesh_matrix(port) }}"
+    msgs: "{{ pairs | llmb_ssh_mesh_failures(inventory_hostname) }}"
+    bad:  "{{ listeners | llmb_ssh_port_conflict(config_path) }}"
+    names: "{{ stdout | llmb_mpirun_hostnames }}"
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from ansible.errors import AnsibleFilterError
+
+_MODULE_UTILS = str(Path(__file__).resolve().parents[1] / "module_utils")
+if _MODULE_UTILS not in sys.path:
+    sys.path.insert(0, _MODULE_UTILS)
+
+from llmb import sshmesh  # noqa: E402
+
+
+def _wrap(fn):
+    def inner(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except sshmesh.MeshError as err:
+            raise AnsibleFilterError(f"ssh_mesh: {err}") from None
+
+    inner.__name__ = fn.__name__
+    inner.__doc__ = fn.__doc__
+    return inner
+
+
+def llmb_ssh_authorized_line(pubkey, addresses, comment="", extra=None):
+    return sshmesh.authorized_key_line(str(pubkey), [str(a) for a in addresses], str(comment or ""),
+                                       [str(e) for e in extra or []])
+
+
+def llmb_ssh_authorized_regexp(pubkey):
+    return sshmesh.authorized_key_regexp(str(pubkey))
+
+
+def llmb_ssh_known_hosts(entries, header=""):
+    return sshmesh.known_hosts_text(list(entries), str(header or ""))
+
+
+def llmb_ssh_known_hosts_for(nodes, port=22, container_port=None, allow_missing=False, header=""):
+    return sshmesh.known_hosts_for_nodes(list(nodes), int(port),
+                                         None if container_port in (None, "") else int(container_port),
+                                         bool(allow_missing), str(header or ""))
+
+
+def llmb_ssh_not_addresses(values):
+    """The entries of a list that are not IP addresses or CIDR networks."""
+    return [v for v in values or [] if not sshmesh.is_address(str(v))]
+
+
+def llmb_ssh_mesh_bad_pairs(rows):
+    """Number of failed (or missing) pairs in {source: [pairs]}: a source without results counts once."""
+    return sum((0 if pairs else 1) + sum(1 for r in pairs if not r["ok"]) for pairs in dict(rows).values())
+
+
+def llmb_ssh_mesh_rows(hostvars, nodes, register_name, port):
+    """{source: [pair results]} for one port, from each node's registered llmb_ssh_mesh_check loop."""
+    rows = {}
+    for node in nodes:
+        reg = hostvars[node].get(register_name) or {}
+        rows[node] = []
+        for res in reg.get("results") or []:
+            if "pairs" in res and int(res.get("item", -1)) == int(port):
+                rows[node] = list(res["pairs"])
+    return rows
+
+
+def llmb_ssh_mesh_matrix(rows, port=None):
+    return sshmesh.format_matrix(dict(rows), None if port is None else int(port))
+
+
+def llmb_ssh_mesh_failures(pairs, source):
+    return sshmesh.failures(str(source), list(pairs or []))
+
+
+def llmb_ssh_port_conflict(found, config_path):
+    return sshmesh.port_conflict(list(found or []), str(config_path))
+
+
+def llmb_mpirun_hostnames(stdout):
+    return sshmesh.mpirun_hostnames(str(stdout or ""))
+
+
+class FilterModule:
+    def filters(self):
+        return {
+            f.__name__: _wrap(f)
+            for f in (
+                llmb_ssh_authorized_line,
+                llmb_ssh_authorized_regexp,
+                llmb_ssh_known_hosts,
+                llmb_ssh_known_hosts_for,
+                llmb_ssh_not_addresses,
+                llmb_ssh_mesh_bad_pairs,
+                llmb_ssh_mesh_rows,
+                llmb_ssh_mesh_matrix,
+                llmb_ssh_mesh_failures,
+                llmb_ssh_port_conflict,
+                llmb_mpirun_hostnames,
+            )
+        }

@@ -1,0 +1,1 @@
+"""llm-bringup importable logic (no Ansible imports)."""

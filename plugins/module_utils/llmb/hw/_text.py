@@ -1,0 +1,128 @@
+"""Text helpers shared by the hardware parsers (stdlib only, Python 3.11+)."""
+
+from __future__ import annotations
+
+import re
+
+ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
+HEADER_RE = re.compile(r"^# (source|machine|command|exit status|stderr|note):", re.IGNORECASE)
+
+
+class ParseError(ValueError):
+    """A capture that cannot be read. The message names the kind and what is wrong."""
+
+    def __init__(self, kind: str, message: str, line: int | None = None):
+        self.kind = kind
+        self.reason = message
+        self.line = line
+        where = f" (line {line})" if line else ""
+        super().__init__(f"{kind}: {message}{where}")
+
+
+def strip_ansi(text: str) -> str:
+    return ANSI_RE.sub("", text)
+
+
+def split_capture(text: str) -> tuple[dict, str]:
+    """Split a capture file into its `# key: value` header and the command output.
+
+    Capture files (../shared/fixtures, bundles written by playbooks/collect.yml) begin with
+    `# source:`, `# machine:`, `# command:`, `# exit status:` lines and one blank line. Raw
+    output (no such header) is returned unchanged with an empty header.
+    """
+    lines = text.split("\n")
+    meta: dict = {}
+    i = 0
+    while i < len(lines) and HEADER_RE.match(lines[i]):
+        key, _, value = lines[i][2:].partition(":")
+        meta[key.strip().lower().replace(" ", "_")] = value.strip()
+        i += 1
+    if i == 0:
+        return {}, text
+    if i < len(lines) and lines[i].strip() == "":
+        i += 1
+    if "exit_status" in meta:
+        try:
+            meta["exit_status"] = int(meta["exit_status"])
+        except ValueError:
+            pass
+    return meta, "\n".join(lines[i:])
+
+
+def strip_capture_header(text: str) -> str:
+    return split_capture(text)[1]
+
+
+def clean_lines(text: str) -> list[str]:
+    """Lines without ANSI escapes, carriage returns or trailing blanks."""
+    return [ln.rstrip() for ln in strip_ansi(text).replace("\r", "").split("\n")]
+
+
+def parse_cpulist(value: str, kind: str = "cpulist") -> list[int]:
+    """'0-31,64-95' -> [0..31, 64..95]. Raises ParseError on anything else."""
+    value = value.strip()
+    if not value:
+        return []
+    cpus: list[int] = []
+    for part in value.split(","):
+        part = part.strip()
+        m = re.fullmatch(r"(\d+)(?:-(\d+))?", part)
+        if not m:
+            raise ParseError(kind, f"bad CPU list {value!r} (part {part!r})")
+        lo = int(m.group(1))
+        hi = int(m.group(2)) if m.group(2) else lo
+        if hi < lo:
+            raise ParseError(kind, f"bad CPU range {part!r} in {value!r}")
+        cpus.extend(range(lo, hi + 1))
+    return cpus
+
+
+def format_cpulist(cpus: list[int]) -> str:
+    """[0,1,2,5] -> '0-2,5'."""
+    out: list[str] = []
+    cpus = sorted(set(cpus))
+    i = 0
+    while i < len(cpus):
+        j = i
+        while j + 1 < len(cpus) and cpus[j + 1] == cpus[j] + 1:
+            j += 1
+        out.append(str(cpus[i]) if i == j else f"{cpus[i]}-{cpus[j]}")
+        i = j + 1
+    return ",".join(out)
+
+
+def na(value):
+    """None for the many ways tools print 'no value'."""
+    if value is None:
+        return None
+    v = str(value).strip()
+    if v in ("", "N/A", "[N/A]", "n/a", "NA", "-", "[Not Supported]", "Not Supported", "[Unknown Error]"):
+        return None
+    return v
+
+
+def to_int(value, kind: str = "value"):
+    v = na(value)
+    if v is None:
+        return None
+    m = re.match(r"^(-?\d+)", v)
+    if not m:
+        raise ParseError(kind, f"expected an integer, found {value!r}")
+    return int(m.group(1))
+
+
+def to_float(value, kind: str = "value"):
+    v = na(value)
+    if v is None:
+        return None
+    m = re.match(r"^(-?\d+(?:\.\d+)?)", v)
+    if not m:
+        raise ParseError(kind, f"expected a number, found {value!r}")
+    return float(m.group(1))
+
+
+def first_nonblank(lines: list[str]) -> int | None:
+    for i, ln in enumerate(lines):
+        if ln.strip():
+            return i
+    return None

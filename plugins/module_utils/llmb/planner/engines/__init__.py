@@ -1,0 +1,1 @@
+"""Engine planners: turn a resolved context and topology into per-host services."""

@@ -1,0 +1,81 @@
+"""SGLang plans: `python -m sglang.launch_server`, one process per node (seed 004: TP16 on 2 nodes
+with --dist-init-addr MASTER:50000 --nnodes 2 --node-rank 0|1)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..context import Context
+from ..flags import EngineArgs
+from ..model import HostPlan, Problem, Service
+from ..validation import Topology, model_patches
+from . import common, nvidia, rocm
+
+
+def engine_args(ctx: Context, topo: Topology) -> tuple[EngineArgs, list[Problem]]:
+    v = ctx.v
+    model_path, _ = common.model_paths(ctx)
+    flags: list[tuple[str, Any]] = [
+        ("--model-path", model_path),
+        ("--served-model-name", ctx.served_name),
+        ("--host", v["llmb_api_host"]),
+        ("--port", v["llmb_api_port"]),
+        ("--tp-size", topo.tp),
+        ("--pp-size", topo.pp if topo.pp > 1 else None),
+        ("--dp-size", topo.dp if topo.dp > 1 else None),
+        ("--ep-size", v.get("llmb_expert_parallel_size")),
+    ]
+    if topo.nodes > 1:
+        flags += [
+            ("--dist-init-addr", f"{ctx.dep.head.address}:{v['llmb_sglang_dist_port']}"),
+            ("--nnodes", topo.nodes),
+        ]
+    return common.build_engine_args(ctx, flags)
+
+
+def services(ctx: Context, topo: Topology, ea: EngineArgs) -> list[HostPlan]:
+    v = ctx.v
+    head = ctx.dep.head
+    container = v["llmb_install"] == "container"
+    model_path, model_mounts = common.model_paths(ctx)
+    multinode = topo.nodes > 1
+    if ctx.platform.vendor == "amd":
+        penv, pdevices, pcontainer = dict(rocm.ROCM_ENV), list(rocm.ROCM_DEVICES), dict(rocm.ROCM_CONTAINER)
+    else:
+        penv, pdevices, pcontainer = {}, [], dict(nvidia.NVIDIA_CONTAINER)
+    prefix = ["python3", "-m", "sglang.launch_server"] if container else [
+        common.venv_bin(ctx, "python"), "-m", "sglang.launch_server"]
+    plans = []
+    for node in ctx.dep.nodes[: topo.nodes]:
+        hp = HostPlan(host=node.name, address=node.address, rank=node.rank)
+        hp.model = {"dir": str(v["llmb_model_dir"]), "engine_path": model_path,
+                    "config_patches": model_patches(ctx), "served_model_name": ctx.served_name}
+        values = dict(ea.values)
+        if multinode:
+            values["--node-rank"] = node.rank
+        argv = [*prefix, *ea.argv(values)]
+        env = common.merge_env(common.iface_env(ctx, node, multinode), penv if container else {},
+                               v.get("llmb_engine_env"))
+        is_head = node is head
+        order = common.ORDER_FIRST if is_head else common.ORDER_SECOND
+        if container:
+            svc = common.make_container_service(
+                ctx, name=str(v.get("llmb_container_name") or "llmb-sglang"), role="sglang-rank", argv=argv,
+                order=order, env=env, image=common.default_image(ctx), devices=pdevices, mounts=model_mounts,
+                platform_defaults=pcontainer)
+        else:
+            svc = Service(name="llmb-sglang", kind="systemd", role="sglang-rank", argv=argv, order=order, env=env)
+        if is_head:
+            svc.ports = [{"port": v["llmb_api_port"], "purpose": "api"}]
+            if multinode:
+                svc.ports.append({"port": v["llmb_sglang_dist_port"], "purpose": "dist-init"})
+                svc.ready = common.ready_tcp(ctx, node, v["llmb_sglang_dist_port"])
+            svc.health = common.health_block(ctx, node)
+            svc.api = common.api_block(ctx, node, ea.values)
+        else:
+            svc.depends_on = [common.dep_ref(head, svc.name)]
+            svc.ready = common.ready_started(ctx)
+        svc.notes = list(ea.notes)
+        hp.services.append(svc)
+        plans.append(hp)
+    return plans

@@ -1,0 +1,116 @@
+"""TensorRT-LLM plans (seed 004): engine containers on every node with sshd on its own port,
+`mpirun ... trtllm-llmapi-launch trtllm-serve serve` launched from the first node's container,
+and the extra LLM API options file written on every node."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .. import yamltext
+from ..context import Context
+from ..flags import EngineArgs
+from ..model import HostPlan, Problem, Service
+from ..validation import Topology, model_patches
+from . import common, nvidia
+
+# seed 004 "Generate additional config for trtllm serve"
+DEFAULT_EXTRA_LLM_API_OPTIONS: dict[str, Any] = {
+    "cuda_graph_config": {"padding_enabled": True, "batch_sizes": [1, 2, 4, 8, 16, 32, 64, 128]},
+    "print_iter_log": True,
+    "enable_attention_dp": True,
+}
+
+
+def extra_options_path(ctx: Context) -> str:
+    return f"{str(ctx.v['llmb_config_dir']).rstrip('/')}/trtllm/extra-llm-api-config.yml"
+
+
+def engine_args(ctx: Context, topo: Topology) -> tuple[EngineArgs, list[Problem]]:
+    v = ctx.v
+    flags: list[tuple[str, Any]] = [
+        ("--host", v["llmb_api_host"]),
+        ("--port", v["llmb_api_port"]),
+        ("--tp_size", topo.tp),
+        ("--pp_size", topo.pp if topo.pp > 1 else None),
+        ("--ep_size", v.get("llmb_expert_parallel_size")),
+        ("--extra_llm_api_options", extra_options_path(ctx)),
+    ]
+    return common.build_engine_args(ctx, flags)
+
+
+def services(ctx: Context, topo: Topology, ea: EngineArgs) -> list[HostPlan]:
+    v = ctx.v
+    head = ctx.dep.head
+    nodes = ctx.dep.nodes[: topo.nodes]
+    model_path, model_mounts = common.model_paths(ctx)
+    multinode = topo.mode == "mpirun"
+    options = v.get("llmb_trtllm_extra_llm_api_options")
+    if options is None:
+        options = DEFAULT_EXTRA_LLM_API_OPTIONS
+    cfg_path = extra_options_path(ctx)
+    cfg_dir = cfg_path.rsplit("/", 1)[0]
+    config_file = {"path": cfg_path, "content": yamltext.dump(options), "mode": "0644",
+                   "purpose": "trtllm-serve --extra_llm_api_options"}
+    serve_argv = ["trtllm-serve", "serve", *ea.argv(), model_path]
+    name = str(v.get("llmb_container_name") or "llmb-trtllm")
+    image = common.default_image(ctx)
+    sshd_port = v["llmb_sshd_port"]
+    plans = []
+    for node in nodes:
+        hp = HostPlan(host=node.name, address=node.address, rank=node.rank)
+        hp.model = {"dir": str(v["llmb_model_dir"]), "engine_path": model_path,
+                    "config_patches": model_patches(ctx), "served_model_name": ctx.served_name}
+        env = common.merge_env(common.iface_env(ctx, node, multinode), v.get("llmb_engine_env"))
+        mounts = [*model_mounts, f"{cfg_dir}:{cfg_dir}:ro"]
+        is_head = node is head
+        if multinode:
+            box = common.make_container_service(
+                ctx, name=name, role="sshd",
+                argv=["/usr/sbin/sshd", "-D", "-e", "-p", str(sshd_port)],
+                order=common.ORDER_FIRST, env=env, image=image, devices=[], mounts=mounts,
+                platform_defaults=dict(nvidia.TRTLLM_CONTAINER))
+            box.ports = [{"port": sshd_port, "purpose": "sshd"}]
+            box.ready = common.ready_tcp(ctx, node, sshd_port)
+            box.config_files = [dict(config_file)]
+            box.container["sshd"] = {"port": sshd_port, "permit_root_login": "prohibit-password"}
+            hp.services.append(box)
+            if is_head:
+                launcher = Service(
+                    name=f"{name}-launcher",
+                    kind="mpirun",
+                    role="mpirun-launcher",
+                    argv=_mpirun_argv(ctx, topo, nodes, env, serve_argv),
+                    order=common.ORDER_API,
+                    env=env,
+                    exec_in=name,
+                    depends_on=[common.dep_ref(n, name) for n in nodes],
+                )
+                launcher.ports = [{"port": v["llmb_api_port"], "purpose": "api"}]
+                launcher.health = common.health_block(ctx, node)
+                launcher.api = common.api_block(ctx, node, ea.values)
+                launcher.notes = list(ea.notes)
+                hp.services.append(launcher)
+        else:
+            svc = common.make_container_service(
+                ctx, name=name, role="api", argv=serve_argv, order=common.ORDER_FIRST, env=env, image=image,
+                devices=[], mounts=mounts, platform_defaults=dict(nvidia.TRTLLM_CONTAINER))
+            svc.ports = [{"port": v["llmb_api_port"], "purpose": "api"}]
+            svc.config_files = [dict(config_file)]
+            svc.health = common.health_block(ctx, node)
+            svc.api = common.api_block(ctx, node, ea.values)
+            svc.notes = list(ea.notes)
+            hp.services.append(svc)
+        plans.append(hp)
+    return plans
+
+
+def _mpirun_argv(ctx: Context, topo: Topology, nodes, env: dict[str, str], serve_argv: list[str]) -> list[str]:
+    hosts = ",".join(f"{n.address}:{topo.per_node}" for n in nodes)
+    argv = ["mpirun", "-np", str(topo.world), "-H", hosts,
+            "-mca", "plm_rsh_args", f"-p {ctx.v['llmb_sshd_port']}", "--allow-run-as-root"]
+    iface = ctx.v.get("llmb_cluster_iface")
+    if iface:
+        argv += ["-mca", "btl_tcp_if_include", iface, "-mca", "oob_tcp_if_include", iface]
+    for key in sorted(env):
+        argv += ["-x", key]
+    return [*argv, "trtllm-llmapi-launch", *serve_argv]

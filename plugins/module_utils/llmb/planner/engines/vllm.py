@@ -1,0 +1,175 @@
+"""vLLM and vllm-ascend plans: one node, TP x PP over Ray (seed 002), DP + EP with headless ranks.
+
+Shapes (seeds 000-004):
+- single: one `vllm serve` on one node (000 H100 TP8, 003 H200 TP8+DCP8, 001 A3 TP16 container,
+  002/003 MI300X TP8 container);
+- ray: `ray start --head` on the head, `ray start --address` on the others, then `vllm serve`
+  with TP x PP spanning the nodes on the head (002 H800 TP8+PP2+DCP8, 004 TP16);
+- dp: DP rank 0 with the API on the head, `--headless --data-parallel-start-rank k` elsewhere
+  (002/004 DP16 + EP over 2 nodes).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..context import Context
+from ..data import DataDir
+from ..flags import EngineArgs, FlagSet, load_flagset
+from ..inventory import Node
+from ..model import HostPlan, Problem, Service
+from ..validation import Topology, model_patches
+from . import common, nvidia, rocm, vllm_ascend
+
+
+def engine_args(ctx: Context, topo: Topology) -> tuple[EngineArgs, list[Problem]]:
+    v = ctx.v
+    flags: list[tuple[str, Any]] = [
+        ("--served-model-name", [ctx.served_name]),
+        ("--host", v["llmb_api_host"]),
+        ("--port", v["llmb_api_port"]),
+        ("--tensor-parallel-size", topo.tp),
+        ("--pipeline-parallel-size", topo.pp if topo.pp > 1 else None),
+        ("--decode-context-parallel-size", topo.dcp if topo.dcp > 1 else None),
+        ("--enable-expert-parallel", True if v.get("llmb_expert_parallel") else None),
+    ]
+    if topo.mode == "ray":
+        flags.append(("--distributed-executor-backend", "ray"))
+    if topo.dp > 1:
+        flags.append(("--data-parallel-size", topo.dp))
+        if topo.nodes > 1:
+            flags += [
+                ("--data-parallel-size-local", topo.dp_local),
+                ("--data-parallel-address", ctx.dep.head.address),
+                ("--data-parallel-rpc-port", v["llmb_dp_rpc_port"]),
+            ]
+    return common.build_engine_args(ctx, flags)
+
+
+def _platform_bits(ctx: Context) -> tuple[dict[str, str], list[str], list[str], dict[str, Any]]:
+    """(env, devices, mounts, container defaults) for the platform vendor."""
+    vendor = ctx.platform.vendor
+    if vendor == "huawei":
+        return (dict(vllm_ascend.ASCEND_ENV), vllm_ascend.devices(ctx.platform.device_count),
+                list(vllm_ascend.ASCEND_DRIVER_MOUNTS), dict(vllm_ascend.ASCEND_CONTAINER))
+    if vendor == "amd":
+        return dict(rocm.ROCM_ENV), list(rocm.ROCM_DEVICES), [], dict(rocm.ROCM_CONTAINER)
+    return {}, [], [], dict(nvidia.NVIDIA_CONTAINER)
+
+
+def _ray_flagset(data: DataDir) -> FlagSet:
+    for name in data.flagset_names():
+        doc = data.flagset_doc(name)
+        if doc and doc.get("engine") == "ray":
+            fs = load_flagset(data, "ray", str(doc["version"]))
+            if fs is not None:
+                return fs
+    raise ValueError("no data/engines/ray-<version>.yml: cannot plan a Ray cluster")
+
+
+def _ray_argv(ctx: Context, fs: FlagSet, node: Node, head: Node) -> list[str]:
+    v = ctx.v
+    values: dict[str, Any] = {"--node-ip-address": node.address}
+    if node is head:
+        values = {"--head": True, "--port": v["llmb_ray_port"], **values,
+                  "--dashboard-host": "0.0.0.0", "--dashboard-port": v["llmb_ray_dashboard_port"]}
+    else:
+        values = {"--address": f"{head.address}:{v['llmb_ray_port']}", **values}
+    values["--disable-usage-stats"] = True
+    values["--block"] = True
+    argv = [common.venv_bin(ctx, "ray"), "start"]
+    for canon, value in values.items():
+        argv += fs.render(canon, value)
+    return argv
+
+
+def services(ctx: Context, topo: Topology, ea: EngineArgs) -> list[HostPlan]:
+    v = ctx.v
+    head = ctx.dep.head
+    nodes = ctx.dep.nodes[: topo.nodes]
+    container = v["llmb_install"] == "container"
+    model_path, model_mounts = common.model_paths(ctx)
+    penv, pdevices, pmounts, pcontainer = _platform_bits(ctx)
+    image = common.default_image(ctx) if container else None
+    exe = "vllm" if container else common.venv_bin(ctx, "vllm")
+    patches = model_patches(ctx)
+    multinode = topo.nodes > 1
+    plans: list[HostPlan] = []
+    ray_fs = _ray_flagset(ctx.data) if topo.mode == "ray" else None
+
+    for node in nodes:
+        hp = HostPlan(host=node.name, address=node.address, rank=node.rank)
+        hp.model = {
+            "dir": str(v["llmb_model_dir"]),
+            "engine_path": model_path,
+            "config_patches": patches,
+            "served_model_name": ctx.served_name,
+        }
+        env = common.merge_env(common.iface_env(ctx, node, multinode), penv, v.get("llmb_engine_env"))
+        values = dict(ea.values)
+        is_head = node is head
+        if topo.mode == "dp" and not is_head:
+            values = {"--headless": True, "--data-parallel-start-rank": node.rank * topo.dp_local, **values}
+        argv = [exe, "serve", model_path, *ea.argv(values)]
+
+        if topo.mode == "ray":
+            ray_name = "llmb-ray"
+            ray = Service(
+                name=ray_name,
+                kind="systemd",
+                role="ray-head" if is_head else "ray-worker",
+                argv=_ray_argv(ctx, ray_fs, node, head),
+                order=common.ORDER_FIRST if is_head else common.ORDER_SECOND,
+                env=dict(env),
+            )
+            if is_head:
+                ray.ports = [{"port": v["llmb_ray_port"], "purpose": "ray-gcs"},
+                             {"port": v["llmb_ray_dashboard_port"], "purpose": "ray-dashboard"}]
+                ray.ready = common.ready_tcp(ctx, node, v["llmb_ray_port"])
+            else:
+                ray.depends_on = [common.dep_ref(head, ray_name)]
+                ray.ready = common.ready_started(ctx)
+            hp.services.append(ray)
+
+        if topo.mode == "ray" and not is_head:
+            plans.append(hp)
+            continue
+
+        if topo.mode == "dp":
+            role = "dp-rank" if is_head else "dp-headless"
+            order = common.ORDER_FIRST if is_head else common.ORDER_SECOND
+        else:
+            role = "api"
+            order = common.ORDER_API if topo.mode == "ray" else common.ORDER_FIRST
+        name = "llmb-vllm"
+        if container:
+            svc = common.make_container_service(
+                ctx,
+                name=str(v.get("llmb_container_name") or name),
+                role=role,
+                argv=argv,
+                order=order,
+                env=env,
+                image=image,
+                devices=pdevices,
+                mounts=pmounts + model_mounts,
+                platform_defaults=pcontainer,
+            )
+        else:
+            svc = Service(name=name, kind="systemd", role=role, argv=argv, order=order, env=env)
+        if is_head:
+            svc.ports = [{"port": v["llmb_api_port"], "purpose": "api"}]
+            if topo.mode == "dp":
+                svc.ports.append({"port": v["llmb_dp_rpc_port"], "purpose": "dp-rpc"})
+                svc.ready = common.ready_tcp(ctx, node, v["llmb_dp_rpc_port"])
+            svc.health = common.health_block(ctx, node)
+            svc.api = common.api_block(ctx, node, ea.values)
+            if topo.mode == "ray":
+                svc.depends_on = [common.dep_ref(n, "llmb-ray") for n in nodes]
+        else:
+            svc.depends_on = [common.dep_ref(head, svc.name)]
+            svc.ready = common.ready_started(ctx)
+        svc.notes = list(ea.notes)
+        hp.services.append(svc)
+        plans.append(hp)
+    return plans

@@ -1,0 +1,381 @@
+"""Engine flag sets: which flags a pinned engine release accepts, and how recipe flags map to them.
+
+A flag set is one data/engines/<engine>-<version>.yml. The planner uses it to
+- canonicalise what an inventory asks for (short forms like ``-dcp``, ``--x_y`` spellings,
+  ``--no-x`` negations) into ``--long-name`` keys,
+- translate flags the release renamed (``--disable-log-requests`` -> ``--no-enable-log-requests``),
+- refuse flags the release does not have, before any host is touched,
+- render the final argv.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from .data import DataDir
+from .model import Problem
+
+VALUE_TYPES = {"int", "float", "str", "json", "choice", "list", "optional"}
+NO_VALUE_TYPES = {"flag", "bool"}
+
+
+@dataclass
+class FlagSet:
+    engine: str
+    version: str
+    name: str
+    style: str
+    flags: dict[str, dict[str, Any]]
+    renamed: dict[str, dict[str, Any]] = field(default_factory=dict)
+    underscore_equivalent: bool = False
+    positional: dict[str, Any] | None = None
+    command: list[str] = field(default_factory=list)
+    images: dict[str, str] = field(default_factory=dict)
+    image_suffix_by_platform: dict[str, str] = field(default_factory=dict)
+    supports_model_types: list[str] = field(default_factory=list)
+    parsers: dict[str, list[str]] = field(default_factory=dict)
+    planner_owned: list[str] = field(default_factory=list)
+    defaults: dict[str, Any] = field(default_factory=dict)
+    config_checks: list[dict[str, Any]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self._alias: dict[str, str] = {}
+        for canon, spec in self.flags.items():
+            self._alias[canon] = canon
+            for alias in spec.get("aliases", []):
+                self._alias[alias] = canon
+
+    # lookups --------------------------------------------------------------------------
+    def spec(self, canon: str) -> dict[str, Any]:
+        return self.flags[canon]
+
+    def _spell(self, token: str) -> str | None:
+        if token in self._alias:
+            return self._alias[token]
+        if self.underscore_equivalent and token.startswith("--"):
+            dashed = "--" + token[2:].replace("_", "-")
+            if dashed in self._alias:
+                return self._alias[dashed]
+        return None
+
+    def resolve(self, token: str) -> tuple[str, bool] | None:
+        """Map one spelling to (canonical flag, negated). None when the release lacks it."""
+        canon = self._spell(token)
+        if canon is not None:
+            return canon, False
+        if token.startswith("--no-") or (self.underscore_equivalent and token.startswith("--no_")):
+            base = self._spell("--" + token[5:])
+            if base is not None and self.flags[base]["type"] == "bool":
+                return base, True
+        return None
+
+    def rename_of(self, token: str) -> tuple[str, dict[str, Any]] | None:
+        """(old spelling, rename record) when the release renamed or dropped this flag."""
+        keys = [token]
+        if self.underscore_equivalent and token.startswith("--"):
+            keys.append("--" + token[2:].replace("_", "-"))
+        for key in keys:
+            if key in self.renamed:
+                return key, self.renamed[key]
+        return None
+
+    def takes_value(self, canon: str) -> bool:
+        return self.flags[canon]["type"] in VALUE_TYPES
+
+    # rendering ------------------------------------------------------------------------
+    def render(self, canon: str, value: Any) -> list[str]:
+        kind = self.flags[canon]["type"]
+        if value is None:
+            return []
+        if kind == "flag":
+            return [canon] if value else []
+        if kind == "bool":
+            return [canon] if value else ["--no-" + canon[2:]]
+        if kind == "list":
+            items = value if isinstance(value, (list, tuple)) else [value]
+            return [canon, *(_scalar(v) for v in items)]
+        if kind == "json":
+            return [canon, value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))]
+        return [canon, _scalar(value)]
+
+
+def _scalar(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def load_flagset(data: DataDir, engine: str, version: str) -> FlagSet | None:
+    name = f"{engine}-{version}"
+    doc = data.flagset_doc(name)
+    if doc is None:
+        return None
+    return flagset_from_doc(data, name, doc)
+
+
+def flagset_from_doc(data: DataDir, name: str, doc: dict[str, Any]) -> FlagSet:
+    merged: dict[str, Any] = {}
+    if doc.get("extends"):
+        base = data.flagset_doc(doc["extends"])
+        if base is None:
+            raise ValueError(f"flag set {name} extends {doc['extends']}, which does not exist")
+        merged.update(base)
+        merged["flags"] = dict(base.get("flags", {}))
+    for key, value in doc.items():
+        if key not in ("flags_add", "flags_remove", "extends"):
+            merged[key] = value
+    flags = dict(merged.get("flags", {}))
+    flags.update(doc.get("flags_add", {}))
+    for gone in doc.get("flags_remove", []):
+        flags.pop(gone, None)
+    return FlagSet(
+        engine=str(merged["engine"]),
+        version=str(merged["version"]),
+        name=name,
+        style=str(merged.get("style", "argparse")),
+        flags=flags,
+        renamed=dict(merged.get("renamed", {})),
+        underscore_equivalent=bool(merged.get("underscore_equivalent", False)),
+        positional=merged.get("positional"),
+        command=list(merged.get("command", [])),
+        images=dict(merged.get("images", {})),
+        image_suffix_by_platform=dict(merged.get("image_suffix_by_platform", {})),
+        supports_model_types=list(merged.get("supports_model_types", [])),
+        parsers=dict(merged.get("parsers", {})),
+        planner_owned=list(merged.get("planner_owned", [])),
+        defaults=dict(merged.get("defaults", {})),
+        config_checks=list(merged.get("config_checks", [])),
+    )
+
+
+class EngineArgs:
+    """Ordered canonical flag -> value, filled from several sources with provenance.
+
+    Later sources override earlier ones. Problems (unknown flags, removed flags, flags the
+    planner owns) are collected, not raised, so preflight can list every one of them.
+    """
+
+    def __init__(self, flagset: FlagSet, unchecked: list[str] | None = None):
+        self.fs = flagset
+        self.values: dict[str, Any] = {}
+        self.origin: dict[str, str] = {}
+        self.unchecked: dict[str, Any] = {}  # raw spelling -> value, passed through verbatim
+        self.allow_unchecked = {u if u.startswith("-") else "--" + u for u in (unchecked or [])}
+        self.problems: list[Problem] = []
+        self.notes: list[str] = []
+
+    def set(self, canon: str, value: Any, origin: str) -> None:
+        if canon not in self.fs.flags:
+            raise KeyError(f"{canon} is not a flag of {self.fs.name}")
+        self.values[canon] = value
+        self.origin[canon] = origin
+
+    def get(self, canon: str, default: Any = None) -> Any:
+        return self.values.get(canon, default)
+
+    def _check_owned(self, canon: str, origin: str, owner_hint: dict[str, str]) -> bool:
+        if canon in self.fs.planner_owned:
+            hint = owner_hint.get(canon, "the matching llmb_* variable")
+            self.problems.append(
+                Problem(
+                    check="engine-flag-owned",
+                    message=f"{canon} is set by the planner from the inventory; it may not be given in {origin}",
+                    found=f"{canon} in {origin}",
+                    expected=f"no {canon} in {origin}",
+                    fix=f"remove it and set {hint} instead",
+                )
+            )
+            return True
+        return False
+
+    def apply_token(self, token: str, value: Any, origin: str, owner_hint: dict[str, str]) -> None:
+        """Apply one flag given by name (with or without dashes) and a value."""
+        spelled = token if token.startswith("-") else "--" + token
+        renamed = self.fs.rename_of(spelled)
+        if renamed is not None:
+            old, rec = renamed
+            target = rec.get("to")
+            if target is None:
+                self.problems.append(
+                    Problem(
+                        check="engine-flag-removed",
+                        message=f"{old} was removed from {self.fs.engine} (since {rec.get('since', '?')}); "
+                        f"{self.fs.name} rejects it",
+                        found=f"{old} in {origin}",
+                        expected=f"a flag of {self.fs.name}",
+                        fix=rec.get("note", "remove it"),
+                    )
+                )
+                return
+            self.notes.append(
+                f"{old} ({origin}) is {target} in {self.fs.engine} {self.fs.version} "
+                f"[{rec.get('since', '?')}]; translated"
+            )
+            spelled = target
+        if spelled in self.allow_unchecked:
+            self.unchecked[spelled] = value
+            self.notes.append(f"{spelled} ({origin}) passed through unchecked (llmb_engine_flags_unchecked)")
+            return
+        resolved = self.fs.resolve(spelled)
+        if resolved is None:
+            self.problems.append(
+                Problem(
+                    check="engine-flag-unknown",
+                    message=f"{spelled} is not a flag of {self.fs.engine} {self.fs.version}; "
+                    f"the engine would exit at start with 'unrecognized arguments'",
+                    found=f"{spelled} in {origin}",
+                    expected=f"one of the flags in data/engines/{self.fs.name}.yml",
+                    fix=_suggest(self.fs, spelled)
+                    + " If the pinned release does have it, add it to llmb_engine_flags_unchecked.",
+                )
+            )
+            return
+        canon, negated = resolved
+        if self._check_owned(canon, origin, owner_hint):
+            return
+        kind = self.fs.flags[canon]["type"]
+        if negated:
+            if value not in (True, None):
+                self.problems.append(
+                    Problem(
+                        check="engine-flag-value",
+                        message=f"{spelled} takes no value",
+                        found=f"{spelled}={value!r} in {origin}",
+                        fix=f"write {canon[2:]}: false (or {spelled}: true)",
+                    )
+                )
+                return
+            value = False
+        elif kind in NO_VALUE_TYPES:
+            if value is None:
+                value = True
+            if not isinstance(value, bool):
+                self.problems.append(
+                    Problem(
+                        check="engine-flag-value",
+                        message=f"{canon} is a switch; its value must be true or false",
+                        found=f"{canon}={value!r} in {origin}",
+                        fix=f"write {canon[2:]}: true" + (" or false" if kind == "bool" else ""),
+                    )
+                )
+                return
+            if kind == "flag" and value is False:
+                self.values.pop(canon, None)
+                return
+        else:
+            problem = _check_value(self.fs, canon, value, origin)
+            if problem:
+                self.problems.append(problem)
+                return
+        self.set(canon, value, origin)
+
+    def apply_mapping(self, mapping: dict[str, Any] | None, origin: str, owner_hint: dict[str, str]) -> None:
+        for key, value in (mapping or {}).items():
+            self.apply_token(str(key), value, f"{origin}[{key!r}]", owner_hint)
+
+    def apply_argv(self, tokens: list[str], origin: str, owner_hint: dict[str, str]) -> None:
+        """Apply a raw token list like ['--max-model-len', '2048', '--enable-chunked-prefill']."""
+        i = 0
+        while i < len(tokens):
+            tok = str(tokens[i])
+            if not tok.startswith("-"):
+                self.problems.append(
+                    Problem(
+                        check="engine-args-syntax",
+                        message=f"stray value {tok!r} without a flag in front of it",
+                        found=f"{tokens} in {origin}",
+                        fix="write flags as '--name value' pairs",
+                    )
+                )
+                i += 1
+                continue
+            name, eq, inline = tok.partition("=")
+            target = name
+            renamed = self.fs.rename_of(name)
+            if renamed and renamed[1].get("to"):
+                target = renamed[1]["to"]
+            resolved = self.fs.resolve(target) if target not in self.allow_unchecked else None
+            takes = False
+            if resolved and not resolved[1]:
+                takes = self.fs.takes_value(resolved[0])
+            elif target in self.allow_unchecked:
+                takes = not eq and i + 1 < len(tokens) and not str(tokens[i + 1]).startswith("-")
+            if eq:
+                value: Any = inline
+                i += 1
+            elif takes:
+                kind = self.fs.flags[resolved[0]]["type"] if resolved else "str"
+                if kind == "list":
+                    j = i + 1
+                    items = []
+                    while j < len(tokens) and not str(tokens[j]).startswith("--"):
+                        items.append(tokens[j])
+                        j += 1
+                    value, i = items, j
+                elif kind == "optional" and (i + 1 >= len(tokens) or str(tokens[i + 1]).startswith("-")):
+                    value, i = None, i + 1
+                else:
+                    value = tokens[i + 1] if i + 1 < len(tokens) else None
+                    i += 2
+            else:
+                value = None
+                i += 1
+            self.apply_token(name, value, origin, owner_hint)
+
+    def argv(self, values: dict[str, Any] | None = None) -> list[str]:
+        """Render flags (``values`` replaces the collected ones, e.g. with per-rank flags added)."""
+        out: list[str] = []
+        for canon, value in (self.values if values is None else values).items():
+            out.extend(self.fs.render(canon, value))
+        for raw, value in self.unchecked.items():
+            if value is None or value is True:
+                out.append(raw)
+            elif value is False:
+                continue
+            elif isinstance(value, (list, tuple)):
+                out.extend([raw, *(str(v) for v in value)])
+            else:
+                out.extend([raw, str(value)])
+        return out
+
+
+def _check_value(fs: FlagSet, canon: str, value: Any, origin: str) -> Problem | None:
+    spec = fs.flags[canon]
+    kind = spec["type"]
+    bad = None
+    if value is None and kind != "optional":
+        bad = "a value"
+    elif kind == "int":
+        try:
+            int(str(value))
+        except ValueError:
+            bad = "an integer"
+    elif kind == "float":
+        try:
+            float(str(value))
+        except ValueError:
+            bad = "a number"
+    elif kind == "choice" and str(value) not in spec.get("choices", []):
+        bad = f"one of {spec.get('choices')}"
+    if isinstance(value, bool) and kind not in ("json",):
+        bad = bad or "a value, not true/false"
+    if bad is None:
+        return None
+    return Problem(
+        check="engine-flag-value",
+        message=f"{canon} of {fs.engine} {fs.version} needs {bad}",
+        found=f"{canon}={value!r} in {origin}",
+        expected=bad,
+        fix=f"give {canon[2:]} {bad}",
+    )
+
+
+def _suggest(fs: FlagSet, token: str) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(token, list(fs.flags), n=3, cutoff=0.6)
+    if close:
+        return f"Did you mean {', '.join(close)}?"
+    return "Remove it."

@@ -1,0 +1,406 @@
+"""Passwordless SSH between the nodes of a cluster (the access stage, TensorRT-LLM's mpirun).
+
+Controller side (filters in plugins/filter/llmb_sshmesh.py):
+
+    line = authorized_key_line(pubkey, from_addresses, comment)   # from="..",restrict,pty <key>
+    text = known_hosts_text(entries)                               # pinned host keys, names and ports
+    grid = matrix(rows)                                            # ordered pairs -> ok / error
+    print(format_matrix(grid))
+    failures(rows)                                                 # one message per failed pair
+
+Node side (modules llmb_ssh_mesh_probe / llmb_ssh_mesh_check, Python 3.11, stdlib only):
+
+    listeners(port)          # processes listening on a TCP port, read from /proc
+    check_pairs(targets, ...)  # every target over BatchMode SSH, in parallel, with retries
+
+No Ansible imports.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import re
+import subprocess
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+KEY_TYPES = (
+    "ssh-ed25519",
+    "ssh-rsa",
+    "ecdsa-sha2-nistp256",
+    "ecdsa-sha2-nistp384",
+    "ecdsa-sha2-nistp521",
+    "sk-ssh-ed25519@openssh.com",
+    "sk-ecdsa-sha2-nistp256@openssh.com",
+)
+# Options of the cluster key's authorized_keys line: nothing but a shell from the cluster's
+# addresses (no forwarding of agent, X11 or ports, no ~/.ssh/rc); a pty stays allowed so that an
+# operator can debug with the cluster key.
+KEY_RESTRICTIONS = "restrict,pty"
+
+# --------------------------------------------------------------------------- keys and files
+
+
+class MeshError(ValueError):
+    """Bad input (a key that does not parse, an address that is not one)."""
+
+
+def parse_public_key(text: str) -> tuple[str, str, str]:
+    """(type, base64 blob, comment) of an OpenSSH public key line, options not allowed."""
+    parts = (text or "").strip().split(None, 2)
+    if len(parts) < 2 or parts[0] not in KEY_TYPES or not re.fullmatch(r"[A-Za-z0-9+/]+={0,3}", parts[1]):
+        raise MeshError(f"not an OpenSSH public key: {text.strip()[:60]!r}")
+    return parts[0], parts[1], parts[2].strip() if len(parts) == 3 else ""
+
+
+def is_address(pattern: str) -> bool:
+    """True for an IPv4/IPv6 address or a CIDR network (what sshd's from= can match without DNS)."""
+    try:
+        ipaddress.ip_network(str(pattern), strict=False)
+    except ValueError:
+        return False
+    return True
+
+
+def from_patterns(addresses: list[str], extra: list[str] | None = None) -> list[str]:
+    """The from= pattern list: every cluster address (and extras), in order, once.
+
+    Raises MeshError naming every entry that is not an address: with UseDNS off (sshd's default)
+    a host name in from= never matches, so the cluster key would be unusable.
+    """
+    out: list[str] = []
+    bad = []
+    for a in [*(addresses or []), *(extra or [])]:
+        a = str(a).strip()
+        if not is_address(a):
+            bad.append(a)
+        elif a not in out:
+            out.append(a)
+    if bad:
+        raise MeshError(f"not IP addresses or CIDR networks: {', '.join(bad)} (sshd matches from= on addresses)")
+    if not out:
+        raise MeshError("no cluster addresses")
+    return out
+
+
+def authorized_key_line(pubkey: str, addresses: list[str], comment: str = "", extra: list[str] | None = None) -> str:
+    """authorized_keys line that only the cluster key, from the cluster's addresses, can use."""
+    ktype, blob, own = parse_public_key(pubkey)
+    pats = from_patterns(addresses, extra)
+    note = comment or own
+    return f'from="{",".join(pats)}",{KEY_RESTRICTIONS} {ktype} {blob}' + (f" {note}" if note else "")
+
+
+def key_blob(pubkey: str) -> str:
+    return parse_public_key(pubkey)[1]
+
+
+def authorized_key_regexp(pubkey: str) -> str:
+    """Python regex matching any authorized_keys line of this key (whatever its options/comment)."""
+    ktype, blob, _ = parse_public_key(pubkey)
+    return rf"^(?:.*\s)?{re.escape(ktype)}\s+{re.escape(blob)}(?:\s.*)?$"
+
+
+def host_patterns(names: list[str], port: int) -> list[str]:
+    """known_hosts host patterns for names on a port ([name]:port off port 22)."""
+    seen: list[str] = []
+    for n in names:
+        n = str(n).strip()
+        if not n:
+            continue
+        p = n if int(port) == 22 else f"[{n}]:{int(port)}"
+        if p not in seen:
+            seen.append(p)
+    return seen
+
+
+def known_hosts_text(entries: list[dict], header: str = "") -> str:
+    """known_hosts lines for [{'names': [...], 'port': 22, 'keys': ['ssh-ed25519 AAAA...', ...]}].
+
+    One line per host key, all of a host's names on it; entries keep their order.
+    """
+    lines = [f"# {h}" for h in header.splitlines()] if header else []
+    for e in entries:
+        pats = host_patterns(e.get("names") or [], int(e.get("port") or 22))
+        if not pats:
+            raise MeshError(f"known_hosts entry without names: {e!r}")
+        keys = e.get("keys") or []
+        if not keys:
+            raise MeshError(f"no host key collected for {pats[0]}")
+        for k in keys:
+            ktype, blob, _ = parse_public_key(k)
+            lines.append(f"{','.join(pats)} {ktype} {blob}")
+    return "\n".join(lines) + "\n"
+
+
+def known_hosts_for_nodes(nodes: list[dict], port: int = 22, container_port: int | None = None,
+                          allow_missing: bool = False, header: str = "") -> str:
+    """known_hosts text for nodes [{'names', 'host_key', 'sshd_host_key'}]: each node's sshd host
+    key under its names on `port`, and (when container_port is set) the container sshd's host key
+    under [name]:container_port. allow_missing drops a node whose key is not known yet (check
+    mode before the key exists) instead of failing."""
+    entries = []
+    for n in nodes:
+        for p, key_field in ((port, "host_key"), (container_port, "sshd_host_key")):
+            if p is None:
+                continue
+            key = n.get(key_field)
+            if not key:
+                if allow_missing:
+                    continue
+                raise MeshError(f"no {key_field.replace('_', ' ')} collected for {(n.get('names') or ['?'])[0]}")
+            entries.append({"names": n.get("names") or [], "port": int(p), "keys": [key]})
+    return known_hosts_text(entries, header)
+
+
+# --------------------------------------------------------------------------- listeners (node side)
+
+_TCP_LISTEN = "0A"
+
+
+def parse_proc_net_tcp(text: str) -> list[tuple[int, int]]:
+    """(local port, socket inode) of every LISTEN socket in /proc/net/tcp or tcp6 text."""
+    out = []
+    for line in text.splitlines()[1:]:
+        f = line.split()
+        if len(f) < 10 or f[3] != _TCP_LISTEN:
+            continue
+        try:
+            port = int(f[1].rsplit(":", 1)[1], 16)
+            inode = int(f[9])
+        except (IndexError, ValueError):
+            continue
+        out.append((port, inode))
+    return out
+
+
+def listeners(port: int, proc: str = "/proc") -> list[dict]:
+    """Processes listening on TCP `port`: [{'pid', 'comm', 'cmdline'}] ([] when the port is free).
+
+    A listener whose process cannot be seen (another PID namespace) is reported with pid None.
+    """
+    inodes = set()
+    for name in ("tcp", "tcp6"):
+        try:
+            with open(os.path.join(proc, "net", name), encoding="ascii", errors="replace") as fh:
+                inodes.update(ino for p, ino in parse_proc_net_tcp(fh.read()) if p == int(port))
+        except OSError:
+            continue
+    if not inodes:
+        return []
+    wanted = {f"socket:[{i}]" for i in inodes}
+    found: dict[int, dict] = {}
+    for pid in (d for d in os.listdir(proc) if d.isdigit()):
+        fd_dir = os.path.join(proc, pid, "fd")
+        try:
+            fds = os.listdir(fd_dir)
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                target = os.readlink(os.path.join(fd_dir, fd))
+            except OSError:
+                continue
+            if target in wanted:
+                found[int(pid)] = _process(proc, int(pid))
+                break
+    if not found:
+        return [{"pid": None, "comm": "?", "cmdline": "?"}]
+    return [found[p] for p in sorted(found)]
+
+
+def _process(proc: str, pid: int) -> dict:
+    def read(name: str) -> str:
+        try:
+            with open(os.path.join(proc, str(pid), name), "rb") as fh:
+                return fh.read().decode(errors="replace")
+        except OSError:
+            return ""
+
+    return {"pid": pid, "comm": read("comm").strip(), "cmdline": read("cmdline").replace("\0", " ").strip()}
+
+
+def port_conflict(found: list[dict], config_path: str) -> list[dict]:
+    """Listeners that are not the mesh's own sshd (whose command line names its config file)."""
+    return [p for p in found or [] if config_path not in (p.get("cmdline") or "")]
+
+
+# --------------------------------------------------------------------------- all pairs (node side)
+
+# ssh's errors that a retry can cure: sshd's MaxStartups (10:30:100 by default) drops new
+# connections at random while more than 10 are unauthenticated, which an all-pairs check on 11+
+# nodes provokes.
+TRANSIENT = (
+    "kex_exchange_identification",
+    "Connection closed by remote host",
+    "Connection reset by peer",
+    "banner exchange",
+)
+
+HINTS = (
+    ("Host key verification failed", "the host key differs from the pinned one (node rebuilt?): re-run the "
+     "ssh_mesh stage so known_hosts is collected again"),
+    ("REMOTE HOST IDENTIFICATION HAS CHANGED", "the host key differs from the pinned one (node rebuilt?): re-run "
+     "the ssh_mesh stage so known_hosts is collected again"),
+    ("No ED25519 host key is known", "no pinned host key for this name/port: re-run the ssh_mesh stage"),
+    ("Permission denied", "the cluster key is not accepted: check authorized_keys on the target and that the "
+     "source address is in its from= list (ssh_mesh_extra_from for other source addresses)"),
+    ("Connection timed out", "packets are dropped on the way: check firewalls (iptables, security groups) "
+     "between the two nodes"),
+    ("Connection refused", "nothing listens on that port or a firewall rejects it: check sshd and firewalls"),
+    ("No route to host", "no route or a firewall rejects it: check the cluster network and firewalls"),
+    ("Could not resolve hostname", "the name does not resolve on the source node: use addresses (llmb_node_ip)"),
+    ("Name or service not known", "the name does not resolve on the source node: use addresses (llmb_node_ip)"),
+    ("timed out after", "ssh did not finish in time: check the network and sshd on the target"),
+)
+
+
+def diagnose(stderr: str) -> str:
+    for needle, hint in HINTS:
+        if needle in (stderr or ""):
+            return hint
+    return "run the same ssh by hand on the source node with -v to see why"
+
+
+def last_error(stderr: str) -> str:
+    """The meaningful last line of ssh's stderr (warnings about known hosts left out)."""
+    lines = [ln.strip() for ln in (stderr or "").splitlines() if ln.strip()]
+    lines = [ln for ln in lines if not ln.startswith("Warning: Permanently added")]
+    return lines[-1] if lines else ""
+
+
+def ssh_argv(address: str, port: int, user: str, config: str | None, timeout: int, command: str,
+             ssh: str = "ssh") -> list[str]:
+    argv = [ssh]
+    if config:
+        argv += ["-F", config]
+    argv += [
+        "-o", "BatchMode=yes",
+        "-o", "StrictHostKeyChecking=yes",
+        "-o", f"ConnectTimeout={int(timeout)}",
+        "-o", "ControlMaster=no",
+        "-o", "ControlPath=none",
+        "-o", "LogLevel=ERROR",
+        "-p", str(int(port)),
+    ]
+    if user:
+        argv += ["-l", user]
+    return [*argv, address, command]
+
+
+def rotate(targets: list[dict], me: str, order: list[str]) -> list[dict]:
+    """Targets ordered from the one after `me` in `order`, wrapping: when every node does this at
+    the same time, at each step the nodes connect to different targets (spreads sshd load)."""
+    if me not in order:
+        return list(targets)
+    start = order.index(me)
+    rank = {n: (order.index(n) - start) % len(order) if n in order else len(order) for n in order}
+    return sorted(targets, key=lambda t: rank.get(t["name"], len(order)))
+
+
+def check_pairs(targets: list[dict], *, port: int = 22, user: str = "", config: str | None = None,
+                timeout: int = 10, parallel: int = 16, attempts: int = 3, command: str = "hostname",
+                runner=None) -> list[dict]:
+    """SSH to every target ({'name', 'address'}) in parallel; one result per target, in order.
+
+    result: {'target', 'address', 'port', 'ok', 'rc', 'output', 'error', 'hint', 'attempts', 'seconds'}
+    `runner(argv, timeout) -> (rc, stdout, stderr)` is injectable for tests.
+    """
+    run = runner or _run
+
+    def one(t: dict) -> dict:
+        argv = ssh_argv(t["address"], port, user, config, timeout, command)
+        t0 = time.monotonic()
+        rc, out, err = 255, "", ""
+        tries = 0
+        for tries in range(1, max(1, attempts) + 1):
+            rc, out, err = run(argv, timeout + 5)
+            if rc == 0 or not any(s in err for s in TRANSIENT):
+                break
+            time.sleep(0.2 * tries)
+        ok = rc == 0
+        error = "" if ok else (last_error(err) or f"ssh exited with {rc}")
+        return {
+            "target": t["name"],
+            "address": t["address"],
+            "port": int(port),
+            "ok": ok,
+            "rc": rc,
+            "output": out.strip(),
+            "error": error,
+            "hint": "" if ok else diagnose(err or error),
+            "attempts": tries,
+            "seconds": round(time.monotonic() - t0, 3),
+        }
+
+    if not targets:
+        return []
+    workers = max(1, min(int(parallel), len(targets)))
+    with ThreadPoolExecutor(max_workers=workers) as ex:
+        return list(ex.map(one, targets))
+
+
+def _run(argv: list[str], timeout: float) -> tuple[int, str, str]:
+    try:
+        p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        return 255, "", f"ssh timed out after {timeout:.0f} s"
+    except OSError as err:
+        return 255, "", f"cannot run {argv[0]}: {err}"
+    return p.returncode, p.stdout, p.stderr
+
+
+# --------------------------------------------------------------------------- matrix (controller side)
+
+
+def matrix(rows: dict[str, list[dict]]) -> dict[str, dict[str, dict]]:
+    """{source: [pair results]} -> {source: {target: result}} (sources and targets in given order)."""
+    return {src: {r["target"]: r for r in results or []} for src, results in rows.items()}
+
+
+def format_matrix(rows: dict[str, list[dict]], port: int | None = None) -> str:
+    """The ordered-pair matrix as text: rows are sources, columns targets; ok, FAIL or '-' (self)."""
+    grid = matrix(rows)
+    names = list(grid)
+    for src in grid:
+        for t in grid[src]:
+            if t not in names:
+                names.append(t)
+    w = max([len(n) for n in names] + [6])
+    corner = "from \\ to"
+    head = f"{corner:<{w}}  " + "  ".join(f"{n:>{w}}" for n in names)
+    lines = [head]
+    for src in grid:
+        cells = []
+        for dst in names:
+            if dst == src:
+                cells.append(f"{'-':>{w}}")
+            elif dst not in grid[src]:
+                cells.append(f"{'?':>{w}}")
+            else:
+                cells.append(f"{'ok' if grid[src][dst]['ok'] else 'FAIL':>{w}}")
+        lines.append(f"{src:<{w}}  " + "  ".join(cells))
+    total = sum(len(v) for v in grid.values())
+    bad = sum(1 for v in grid.values() for r in v.values() if not r["ok"])
+    title = f"SSH all-pairs (BatchMode{'' if port is None else f', port {port}'}): {total - bad}/{total} ordered pairs ok"
+    return "\n".join([title, *lines])
+
+
+def failures(source: str, results: list[dict]) -> list[str]:
+    """One message per failed pair of `source`, naming both ends, what ssh said and what to do."""
+    out = []
+    for r in results or []:
+        if r["ok"]:
+            continue
+        out.append(
+            f"{source} -> {r['target']} ({r['address']}:{r['port']}): SSH with BatchMode failed: "
+            f"{r['error']} (after {r['attempts']} attempt(s)); fix: {r['hint']}"
+        )
+    return out
+
+
+def mpirun_hostnames(stdout: str) -> list[str]:
+    """Host names printed by `mpirun ... hostname`, sorted (Open MPI's warnings left out)."""
+    return sorted(ln.strip() for ln in (stdout or "").splitlines()
+                  if ln.strip() and re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9.-]*", ln.strip()))

@@ -1,0 +1,615 @@
+"""Compare a node's accelerator facts (llmb.hw.facts) with a platform profile (data/platforms/*.yml).
+
+    checks = verify(facts, profile)            # [{'id', 'ok', 'expected', 'found', 'hint'}, ...]
+    result = summarize(host, profile, checks)  # {'host', 'platform', 'ok', 'checks', 'failed'}
+
+Pure Python, no Ansible imports. PyYAML is needed only by load_profile() (controller side).
+"""
+
+from __future__ import annotations
+
+import copy
+import fnmatch
+import json
+import os
+import re
+from itertools import combinations
+
+PROFILE_DIR_ENV = "LLMB_PLATFORMS_DIR"
+VENDORS = ("nvidia", "amd", "ascend")
+
+
+# --------------------------------------------------------------------------- profiles
+
+
+def default_profile_dir() -> str:
+    here = os.path.dirname(os.path.abspath(__file__))
+    return os.environ.get(PROFILE_DIR_ENV) or os.path.normpath(os.path.join(here, "..", "..", "..", "data", "platforms"))
+
+
+def profile_names(directory: str | None = None) -> list[str]:
+    d = directory or default_profile_dir()
+    return sorted(f[:-4] for f in os.listdir(d) if f.endswith(".yml"))
+
+
+def deep_merge(base: dict, override: dict) -> dict:
+    out = copy.deepcopy(base)
+    for k, v in (override or {}).items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = deep_merge(out[k], v)
+        else:
+            out[k] = copy.deepcopy(v)
+    return out
+
+
+def _scalar(text: str):
+    t = text.strip()
+    if t in ("null", "~", ""):
+        return None
+    if t in ("true", "false"):
+        return t == "true"
+    if len(t) >= 2 and t[0] == t[-1] and t[0] in "'\"":
+        return t[1:-1]
+    if t.startswith("[") and t.endswith("]"):
+        inner = t[1:-1].strip()
+        return [_scalar(x) for x in inner.split(",")] if inner else []
+    if re.fullmatch(r"-?\d+", t):
+        return int(t)
+    if re.fullmatch(r"-?\d+\.\d*", t):
+        return float(t)
+    return t
+
+
+def mini_yaml(text: str) -> dict:
+    """The YAML subset the platform profiles use (nested mappings, scalars, flow lists, comments).
+
+    Used where PyYAML is not installed (a bare node running scripts/hwfacts --local); a unit test
+    holds it equal to PyYAML on every profile.
+    """
+    root: dict = {}
+    stack = [(-1, root)]
+    for n, raw in enumerate(text.splitlines(), 1):
+        line = re.sub(r"\s+#.*$", "", raw) if "'" not in raw and '"' not in raw else raw
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        indent = len(line) - len(line.lstrip(" "))
+        key, sep, value = line.strip().partition(":")
+        if not sep:
+            raise ValueError(f"line {n}: not 'key: value': {raw!r}")
+        while indent <= stack[-1][0]:
+            stack.pop()
+        parent = stack[-1][1]
+        if value.strip() == "":
+            parent[key] = {}
+            stack.append((indent, parent[key]))
+        else:
+            parent[key] = _scalar(value)
+    return root
+
+
+def load_profile(name: str, directory: str | None = None, overrides: dict | None = None) -> dict:
+    d = directory or default_profile_dir()
+    path = os.path.join(d, f"{name}.yml")
+    if not re.fullmatch(r"[a-z0-9][a-z0-9.-]*", name or "") or not os.path.exists(path):
+        raise ValueError(f"unknown platform profile {name!r}; known: {', '.join(profile_names(d))} (in {d})")
+    with open(path, encoding="utf-8") as fh:
+        text = fh.read()
+    try:
+        import yaml
+    except ImportError:
+        profile = mini_yaml(text)
+    else:
+        profile = yaml.safe_load(text)
+    profile = deep_merge(profile, overrides or {})
+    errors = validate_profile(profile)
+    if errors:
+        raise ValueError(f"platform profile {name!r} ({path}) is invalid: " + "; ".join(errors))
+    return profile
+
+
+def validate_profile(p: dict) -> list[str]:
+    errs: list[str] = []
+
+    def need(path, types, allow_none=False):
+        types = types if isinstance(types, tuple) else (types,)
+        cur = p
+        for part in path.split("."):
+            if not isinstance(cur, dict) or part not in cur:
+                errs.append(f"{path} is missing")
+                return None
+            cur = cur[part]
+        if cur is None and allow_none:
+            return None
+        if not isinstance(cur, types) or (isinstance(cur, bool) and bool not in types):
+            names = " or ".join(t.__name__ for t in types) + (" or null" if allow_none else "")
+            errs.append(f"{path} must be {names}, found {cur!r}")
+            return None
+        return cur
+
+    if not isinstance(p, dict):
+        return ["profile must be a mapping"]
+    need("name", str)
+    vendor = need("vendor", str)
+    if vendor and vendor not in VENDORS:
+        errs.append(f"vendor must be one of {', '.join(VENDORS)}, found {vendor!r}")
+    pat = need("devices.model_pattern", str)
+    if pat:
+        try:
+            re.compile(pat)
+        except re.error as exc:
+            errs.append(f"devices.model_pattern is not a regular expression: {exc}")
+    need("devices.count", int)
+    need("devices.memory_mib", int)
+    need("driver.min_version", str)
+    matrix = need("interconnect.matrix", dict)
+    for key, labels in (matrix or {}).items():
+        if key not in ("default", "same_card"):
+            errs.append(f"interconnect.matrix.{key}: only 'default' and 'same_card' are known")
+        if not isinstance(labels, list) or not all(isinstance(x, str) for x in labels):
+            errs.append(f"interconnect.matrix.{key} must be a list of labels")
+    need("interconnect.links_per_device", int, allow_none=True)
+    need("interconnect.link_speed_gbps", (int, float), allow_none=True)
+    need("numa.nodes", int, allow_none=True)
+    nodes = need("numa.device_nodes", list, allow_none=True)
+    count = (p.get("devices") or {}).get("count")
+    if nodes is not None and isinstance(count, int) and len(nodes) != count:
+        errs.append(f"numa.device_nodes lists {len(nodes)} devices, devices.count is {count}")
+    need("fabric_manager.required", bool)
+    need("rdma.nics", int)
+    return errs
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def version_key(v: str):
+    """'580.159.04' < '580.159.10'; '24.1.rc2.2' < '24.1.0' (release candidates sort before releases)."""
+    key = []
+    for tok in re.split(r"[.\-+_]", v.strip().lower()):
+        if tok.isdigit():
+            key.append((2, int(tok)))
+        elif re.fullmatch(r"rc(\d+)", tok):
+            key.append((1, int(tok[2:])))
+        elif re.fullmatch(r"[a-z]+\d*", tok):
+            continue  # build tags such as 'b030' do not order releases
+        else:
+            raise ValueError(v)
+    return key
+
+
+def version_at_least(found: str, minimum: str) -> bool | None:
+    """None when `found` is not a comparable version string."""
+    if not found or not re.match(r"^\d+(\.\w+)+", found):
+        return None
+    try:
+        a, b = version_key(found), version_key(minimum)
+    except ValueError:
+        return None
+    n = max(len(a), len(b))
+    pad = (2, 0)
+    return a + [pad] * (n - len(a)) >= b + [pad] * (n - len(b))
+
+
+def _check(cid, ok, expected, found, hint=""):
+    return {"id": cid, "ok": bool(ok), "expected": str(expected), "found": str(found), "hint": hint if not ok else ""}
+
+
+def _skip(cid, expected, reason):
+    return {"id": cid, "ok": True, "skipped": True, "expected": str(expected), "found": reason, "hint": ""}
+
+
+TOOLS = {
+    "nvidia": {"devices": "nvidia-smi -q -x / --query-gpu", "matrix": "nvidia-smi topo -m", "links": "nvidia-smi nvlink -s"},
+    "amd": {"devices": "amd-smi static --json", "matrix": "amd-smi topology --json", "links": "amd-smi topology --json"},
+    "ascend": {"devices": "npu-smi info", "matrix": "npu-smi info -t topo", "links": "npu-smi info -t topo"},
+}
+# Probe kinds whose failure hides a whole area; reported as their own checks.
+REQUIRED_KINDS = {
+    "nvidia": ("nvidia-smi-q-xml", "nvidia-smi-query", "nvidia-smi-topo", "nvidia-smi-nvlink"),
+    "amd": ("amd-smi-static-json", "amd-smi-topology-json"),
+    "ascend": ("npu-smi-info", "npu-smi-topo", "ascend-version-info"),
+}
+
+
+def _tool_errors(facts, kind):
+    return [e for e in facts.get("errors", []) if e.get("kind") == kind and not e.get("parsed")]
+
+
+# --------------------------------------------------------------------------- checks
+
+
+def verify(facts: dict, profile: dict, waive: list[str] | tuple = ()) -> list[dict]:
+    vendor = profile["vendor"]
+    tools = TOOLS[vendor]
+    checks: list[dict] = []
+    add = checks.append
+
+    # Probes that failed to run or parse.
+    for kind in REQUIRED_KINDS[vendor]:
+        errs = _tool_errors(facts, kind)
+        if errs:
+            e = errs[0]
+            add(_check(f"probe.{e['probe']}", False, f"`{e.get('cmd') or kind}` runs and its output parses",
+                       e["error"], f"run `{e.get('cmd') or kind}` on the node: a missing tool, a driver / library "
+                       "mismatch or a hung device shows there; reinstall the driver package if the tool is missing"))
+
+    add(_check("vendor", facts.get("vendor") == vendor, vendor, facts.get("vendor") or "no accelerator tool found",
+               f"no {vendor} management tool answered; install the driver / tools or pick the right llmb_platform"))
+
+    devs = facts.get("devices") or []
+    dev_cfg = profile["devices"]
+    want = dev_cfg["count"]
+    add(_check("device.count", len(devs) == want, f"{want} devices", f"{len(devs)} devices",
+               f"a device is missing or extra: compare `{tools['devices']}` with the profile; look for Xid / "
+               "'fallen off the bus' in dmesg, reseat or RMA the board, or choose the profile that matches"))
+    if devs:
+        pat = re.compile(dev_cfg["model_pattern"])
+        bad = [f"{d['name']}: {d.get('model')}" for d in devs if not pat.search(d.get("model") or "")]
+        add(_check("device.model", not bad, f"every device matches /{dev_cfg['model_pattern']}/",
+                   "; ".join(bad) if bad else f"{devs[0].get('model')} x{len(devs)}",
+                   "wrong accelerator model for this platform profile: set llmb_platform for this host correctly"))
+        mem = dev_cfg["memory_mib"]
+        tol = mem * float(dev_cfg.get("memory_tolerance_pct", 1)) / 100
+        bad = [f"{d['name']}: {d.get('memory_mib')} MiB" for d in devs
+               if d.get("memory_mib") is None or abs(d["memory_mib"] - mem) > tol]
+        add(_check("device.memory", not bad, f"{mem} MiB per device (+/- {dev_cfg.get('memory_tolerance_pct', 1)}%)",
+                   "; ".join(bad) if bad else f"{devs[0].get('memory_mib')} MiB each",
+                   "device memory differs: a different SKU, MIG / partition mode, or retired memory; "
+                   "check the device's memory section and the partition mode"))
+        if dev_cfg.get("health"):
+            bad = [f"{d['name']}: {d.get('health')}" for d in devs if d.get("health") != dev_cfg["health"]]
+            add(_check("device.health", not bad, f"health {dev_cfg['health']} on every device",
+                       "; ".join(bad) if bad else f"{dev_cfg['health']} x{len(devs)}",
+                       "`npu-smi info -t health -i N` shows the alarm; clear it or replace the card"))
+
+    _driver(checks, facts, profile)
+    _matrix(checks, facts, profile, devs)
+    _links(checks, facts, profile, devs)
+    _numa(checks, facts, profile, devs)
+    if vendor == "nvidia":
+        _nvidia_specific(checks, facts, profile, devs)
+    if vendor == "ascend":
+        _hccn(checks, facts, profile, devs)
+    _numa_balancing(checks, facts, profile)
+    _rdma(checks, facts, profile, devs)
+    return apply_waivers(checks, waive)
+
+
+def apply_waivers(checks: list[dict], waive) -> list[dict]:
+    for c in checks:
+        if not c["ok"] and any(fnmatch.fnmatchcase(c["id"], pat) for pat in waive or ()):
+            c["ok"] = True
+            c["waived"] = True
+    return checks
+
+
+def _driver(checks, facts, profile):
+    minimum = profile["driver"]["min_version"]
+    found = facts.get("driver_version")
+    ok = version_at_least(found, minimum) if found else False
+    hint = {
+        "nvidia": f"install NVIDIA driver >= {minimum} (same branch as Fabric Manager on NVSwitch systems) and reboot",
+        "amd": f"install the amdgpu-dkms driver of ROCm with amdgpu >= {minimum} (the in-box kernel driver is not "
+               "supported) and reboot",
+        "ascend": f"install the Ascend NPU driver and firmware >= {minimum} (run the .run package with --full) and reboot",
+    }[profile["vendor"]]
+    checks.append(_check("driver.version", bool(ok), f">= {minimum}",
+                         found if found else "not reported", hint))
+
+
+def _expected_labels(profile, a, b, by_name):
+    matrix = profile["interconnect"]["matrix"]
+    if "same_card" in matrix:
+        da, db = by_name.get(a, {}), by_name.get(b, {})
+        if da.get("card") is not None and da.get("card") == db.get("card"):
+            return matrix["same_card"]
+    return matrix.get("default") or []
+
+
+def _matrix(checks, facts, profile, devs):
+    matrix = profile["interconnect"]["matrix"]
+    names = [d["name"] for d in devs]
+    if len(names) < 2 or not (matrix.get("default") or matrix.get("same_card")):
+        return
+    found = facts.get("matrix")
+    tool = TOOLS[profile["vendor"]]["matrix"]
+    if found is None:
+        checks.append(_check("interconnect.matrix", False, "a device matrix", f"not collected (`{tool}` failed)",
+                             f"run `{tool}` on the node"))
+        return
+    by_name = {d["name"]: d for d in devs}
+    for a, b in combinations(names, 2):
+        labels = _expected_labels(profile, a, b, by_name)
+        got = (found.get(a) or {}).get(b) or (found.get(b) or {}).get(a)
+        ok = got in labels
+        label = labels[0] if len(labels) == 1 else " or ".join(labels)
+        hint = ""
+        if not ok:
+            if profile["vendor"] == "nvidia":
+                hint = (f"{a}<->{b} is {got or 'missing'}, not {label}: NVLinks are down or degraded; see "
+                        f"`nvidia-smi nvlink -s -i {a[3:]}` and `nvidia-smi nvlink -e`; on NVSwitch systems check "
+                        "Fabric Manager; reset the GPUs or power-cycle, RMA if it persists")
+            elif profile["vendor"] == "amd":
+                hint = (f"{a}<->{b} is {got or 'missing'}, not XGMI: an XGMI link is down; check `amd-smi topology`, "
+                        "`amd-smi metric --xgmi-err` and dmesg; cold-reboot the node")
+            else:
+                hint = (f"{a}<->{b} is {got or 'missing'}, not {label}: an HCCS/SIO link is down; check "
+                        "`npu-smi info -t topo` and `npu-smi info -t hccs -i <card> -c <chip>`")
+        checks.append(_check(f"interconnect.{a}-{b}", ok, label, got or "missing", hint))
+
+
+def _links(checks, facts, profile, devs):
+    ic = profile["interconnect"]
+    per_dev = ic.get("links_per_device")
+    if per_dev is None or not devs:
+        return
+    speed = ic.get("link_speed_gbps")
+    links = facts.get("device_links")
+    tool = TOOLS[profile["vendor"]]["links"]
+    if links is None:
+        checks.append(_check("links", False, f"{per_dev} active links per device", f"not collected (`{tool}` failed)",
+                             f"run `{tool}` on the node"))
+        return
+    for d in devs:
+        mine = links.get(d["name"], [])
+        active = [lk for lk in mine if lk.get("active")]
+        inactive = [str(lk["link"]) for lk in mine if not lk.get("active")]
+        slow = [f"{lk['link']}@{lk['speed_gbps']}" for lk in active
+                if speed is not None and lk.get("speed_gbps") is not None and lk["speed_gbps"] + 1e-6 < speed]
+        ok = len(active) == per_dev and not slow and (not inactive or per_dev == 0)
+        exp = "no links" if per_dev == 0 else f"{per_dev} active links" + (f" at {speed} GB/s" if speed else "")
+        parts = [f"{len(active)} active"]
+        if inactive:
+            parts.append("inactive: " + ",".join(inactive))
+        if slow:
+            parts.append("slow: " + ",".join(slow))
+        hint = ""
+        if not ok:
+            if profile["vendor"] == "nvidia":
+                hint = (f"`nvidia-smi nvlink -s -i {d['index']}` shows the link state, `nvidia-smi nvlink -e -i "
+                        f"{d['index']}` the error counters; reset the GPU, power-cycle, RMA if a link stays down")
+            else:
+                hint = f"a device link is down or missing: check `{tool}` and the kernel log; cold-reboot the node"
+        checks.append(_check(f"links.{d['name']}", ok, exp, "; ".join(parts), hint))
+
+
+def _numa(checks, facts, profile, devs):
+    cfg = profile.get("numa") or {}
+    nodes = (facts.get("numa") or {}).get("nodes")
+    if cfg.get("nodes") is not None:
+        found = len(nodes) if nodes is not None else "not collected (numactl -H and lscpu -J both failed)"
+        checks.append(_check("numa.nodes", found == cfg["nodes"], f"{cfg['nodes']} NUMA nodes", found,
+                             "NUMA layout differs: check BIOS settings (NPS / sub-NUMA clustering, node interleave) "
+                             "or fix numa.nodes in the profile for this board"))
+    want = cfg.get("device_nodes")
+    if want is None:
+        return
+    for d in devs:
+        if d["index"] >= len(want):
+            continue
+        got = d.get("numa_node")
+        aff = d.get("numa_affinity")
+        found = got if got is not None else ("N/A (no NUMA affinity reported)" if aff is None else ",".join(map(str, aff)))
+        checks.append(_check(f"numa.{d['name']}", got == want[d["index"]], f"NUMA node {want[d['index']]}", found,
+                             f"{d['name']} sits on the wrong socket for this profile: check the riser / PCIe slot "
+                             "wiring and BIOS NUMA settings, or correct numa.device_nodes for this board"))
+
+
+def _nvidia_specific(checks, facts, profile, devs):
+    fm = facts.get("fabric_manager") or {}
+    cuda = fm.get("cuda_init")
+    required = profile["fabric_manager"]["required"]
+    want = profile["devices"]["count"]
+    if required:
+        svc, proc = fm.get("service"), fm.get("process")
+        if svc is None and proc is None:
+            found = "unknown (no systemctl answer and no process scan)"
+        else:
+            found = f"service {svc or 'unknown'}, process {'running' if proc else 'not running'}"
+        ok = svc == "active" or proc is True
+        checks.append(_check("fabric_manager.service", ok, "nvidia-fabricmanager active", found,
+                             f"start Fabric Manager of the same version as the driver ({facts.get('driver_version')}): "
+                             "`systemctl enable --now nvidia-fabricmanager`; see journalctl -u nvidia-fabricmanager"))
+        states = [f"{d['name']}: {d.get('fabric_state')}/{d.get('fabric_status')}" for d in devs
+                  if d.get("fabric_state") not in (None, "Completed") or d.get("fabric_status") not in (None, "Success")]
+        checks.append(_check("fabric_manager.fabric_state", not states, "fabric state Completed/Success on every GPU",
+                             "; ".join(states) if states else "Completed/Success",
+                             "the NVSwitch fabric is not trained: start or restart nvidia-fabricmanager and wait "
+                             "for `nvidia-smi -q` Fabric State Completed"))
+    if cuda is None:
+        checks.append(_skip("cuda.init", f"cuInit 0 and {want} devices", "not probed"))
+    elif not cuda.get("present"):
+        checks.append(_skip("cuda.init", f"cuInit 0 and {want} devices", "no CUDA driver library (libcuda.so.1) on the node"))
+    else:
+        rc = cuda.get("init_rc")
+        count = cuda.get("count")
+        ok = rc == 0 and count == want
+        if rc not in (0, None):
+            found = f"cuInit error {rc}" + (f" ({cuda['error_name']})" if cuda.get("error_name") else "")
+        else:
+            found = f"cuInit 0, {count} devices"
+        if rc == 802:
+            hint = ("CUDA error 802 (system not yet initialized): on NVSwitch systems Fabric Manager must run and match "
+                    f"the driver version {facts.get('driver_version')}: `systemctl enable --now nvidia-fabricmanager`")
+        elif rc not in (0, None):
+            hint = "CUDA cannot initialise: check dmesg for Xid errors, driver/library version mismatch, device nodes"
+        else:
+            hint = "CUDA sees a different number of devices than the profile: check CUDA_VISIBLE_DEVICES and dmesg"
+        checks.append(_check("cuda.init", ok, f"cuInit 0 and {want} devices", found, hint))
+    settings = profile.get("settings") or {}
+    if settings.get("persistence_mode") and devs:
+        bad = [f"{d['name']}: {d.get('persistence_mode')}" for d in devs
+               if d.get("persistence_mode") != settings["persistence_mode"]]
+        checks.append(_check("persistence_mode", not bad, f"{settings['persistence_mode']} on every GPU",
+                             "; ".join(bad) if bad else settings["persistence_mode"],
+                             "enable persistence: `systemctl enable --now nvidia-persistenced` (or `nvidia-smi -pm 1`)"))
+    if settings.get("ecc") and devs:
+        bad = [f"{d['name']}: {d.get('ecc_mode')}" for d in devs if d.get("ecc_mode") != settings["ecc"]]
+        checks.append(_check("ecc", not bad, f"ECC {settings['ecc']} on every GPU", "; ".join(bad) if bad else settings["ecc"],
+                             "turn ECC on with `nvidia-smi -e 1` and reboot"))
+    bad = [d["name"] for d in devs if d.get("remapped_rows_pending") == "Yes" or d.get("remapped_rows_failure") == "Yes"]
+    if devs and any("remapped_rows_pending" in d for d in devs):
+        checks.append(_check("memory.remapped_rows", not bad, "no pending row remapping or remapping failure",
+                             ", ".join(bad) if bad else "none",
+                             "a GPU needs a reset to apply row remapping (or has failed it): reset the GPU; RMA on failure"))
+
+
+def _hccn(checks, facts, profile, devs):
+    cfg = profile.get("hccn") or {}
+    if not cfg.get("required"):
+        return
+    hccn = facts.get("hccn")
+    if hccn is None:
+        checks.append(_check("hccn", False, "hccn_tool answers for every NPU", "not collected (hccn_tool missing?)",
+                             "install the Ascend driver tools (/usr/local/Ascend/driver/tools/hccn_tool)"))
+        return
+    for d in devs:
+        rec = hccn.get(f"NPU{d['index']}") or {}
+        link = rec.get("link")
+        errors = "; ".join(rec.get("errors", []))
+        checks.append(_check(f"hccn.link.{d['name']}", link == "UP", "link UP", link or (errors or "not reported"),
+                             f"HCCN port of {d['name']} is down: check the optics / cable and the switch port; "
+                             f"`hccn_tool -i {d['index']} -link_stat -g` shows its history"))
+        ip = rec.get("ipaddr")
+        checks.append(_check(f"hccn.ip.{d['name']}", bool(ip), "an IP address",
+                             f"{ip}/{rec.get('netmask')}" if ip else (errors or "none"),
+                             f"configure it: `hccn_tool -i {d['index']} -ip -s address <A> netmask <M>` "
+                             "(and the gateway / detect IP), then check with `hccn_tool -i N -ip -g`"))
+        if cfg.get("net_health"):
+            nh = rec.get("net_health")
+            checks.append(_check(f"hccn.net_health.{d['name']}", nh in cfg["net_health"], " or ".join(cfg["net_health"]),
+                                 nh or "not reported", f"`hccn_tool -i {d['index']} -net_health -g`; set the detect IP "
+                                 "with `hccn_tool -i N -netdetect -s address <gateway>`"))
+
+
+def _numa_balancing(checks, facts, profile):
+    want = (profile.get("settings") or {}).get("numa_balancing")
+    if want is None:
+        return
+    found = (facts.get("numa") or {}).get("balancing")
+    checks.append(_check("numa_balancing", found == want, f"kernel.numa_balancing = {want}",
+                         found if found is not None else "not collected",
+                         f"`sysctl -w kernel.numa_balancing={want}` and persist it in /etc/sysctl.d/"))
+
+
+def _rdma(checks, facts, profile, devs):
+    cfg = profile.get("rdma") or {}
+    want = cfg.get("nics") or 0
+    if want <= 0:
+        return
+    ports = facts.get("rdma_ports")
+    topo_nics = facts.get("nics") or []
+    layer = cfg.get("link_layer")
+    rate = cfg.get("rate_gbps")
+    if ports is not None:
+        counted = [p for p in ports if layer is None or p.get("link_layer") == layer]
+        # Ports that serve as GPU rails (PIX/PXB to a device) are the ones that must be up; with no
+        # topology NIC list, every port of the expected link layer.
+        rails = {n["name"] for n in topo_nics if any(v in ("PIX", "PXB") for v in n["nearest"].values())}
+        cands = [p for p in counted if p["name"] in rails] if rails else counted
+        found_n = len(counted)
+        src = "ibstat"
+    else:
+        cands = []
+        found_n = len(topo_nics)
+        src = "the topology NIC list; ibstat is not installed (infiniband-diags)"
+    checks.append(_check("rdma.count", found_n >= want, f">= {want} RDMA NICs" + (f" ({layer})" if layer else ""),
+                         f"{found_n} from {src}",
+                         "an RDMA NIC is missing: check `ibstat` / `ibv_devinfo`, the mlx5/bnxt_re driver and firmware"))
+    for p in cands:
+        ok = p.get("state") == "Active" and (rate is None or (p.get("rate_gbps") or 0) >= rate)
+        checks.append(_check(f"rdma.port.{p['name']}", ok, "Active" + (f" at >= {rate} Gb/s" if rate else ""),
+                             f"{p.get('state')} ({p.get('physical_state')}) at {p.get('rate_gbps')} Gb/s",
+                             f"port {p['name']}/{p['port']} is not up at speed: check cable / optics and the switch port; "
+                             "for InfiniBand that a subnet manager runs (`sminfo`)"))
+    if cfg.get("rail_per_device") and topo_nics:
+        for d in devs:
+            near = sorted((n["nearest"].get(d["name"]), n["name"] or f"NIC{n['index']}") for n in topo_nics
+                          if n["nearest"].get(d["name"]) in ("PIX", "PXB"))
+            best = ", ".join(f"{name} ({lab})" for lab, name in near)
+            closest = sorted((n["nearest"].get(d["name"]) or "?", n["name"] or f"NIC{n['index']}") for n in topo_nics)
+            checks.append(_check(f"rdma.rail.{d['name']}", bool(near), "a NIC behind the same PCIe switch (PIX/PXB)",
+                                 best or ("nearest: " + ", ".join(f"{nm} ({lab})" for lab, nm in closest[:2])),
+                                 f"{d['name']} has no RDMA NIC on its PCIe switch: check NIC population / slot "
+                                 "placement, or set rdma.rail_per_device false for this board"))
+
+
+# --------------------------------------------------------------------------- results
+
+
+def summarize(host: str, profile: dict, checks: list[dict], facts: dict | None = None) -> dict:
+    failed = [c for c in checks if not c["ok"]]
+    out = {
+        "host": host,
+        "platform": profile.get("name"),
+        "ok": not failed,
+        "checks": checks,
+        "failed": [c["id"] for c in failed],
+        "counts": {"total": len(checks), "failed": len(failed),
+                   "waived": sum(1 for c in checks if c.get("waived")),
+                   "skipped": sum(1 for c in checks if c.get("skipped"))},
+    }
+    if facts is not None:
+        out["warnings"] = facts.get("warnings", [])
+        out["errors"] = facts.get("errors", [])
+    return out
+
+
+def report_lines(results: list[dict]) -> list[str]:
+    """One line per failed check of every host: 'host: check: expected X, found Y. hint'."""
+    lines = []
+    for r in results:
+        for c in r.get("checks", []):
+            if not c["ok"]:
+                line = f"{r['host']}: {c['id']}: expected {c['expected']}, found {c['found']}."
+                if c.get("hint"):
+                    line += f" {c['hint']}"
+                lines.append(line)
+        if r.get("unreachable"):
+            lines.append(f"{r['host']}: reachable: expected the host to answer, found {r['unreachable']}.")
+    return lines
+
+
+def write_json(path: str, data) -> None:
+    """Write JSON atomically (a reader never sees half a file)."""
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    tmp = f"{path}.tmp.{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(data, fh, indent=2)
+        fh.write("\n")
+    os.replace(tmp, path)
+
+
+# --------------------------------------------------------------------------- bandwidth acceptance
+
+
+def bandwidth_checks(parsed: dict | None, profile: dict, error: str | None = None) -> list[dict]:
+    """Checks from a parsed bandwidth probe (kind nccl-tests or torch-bw) against profile.bandwidth."""
+    cfg = profile.get("bandwidth") or {}
+    p2p, ar = cfg.get("p2p_gbps"), cfg.get("allreduce_busbw_gbps")
+    if p2p is None and ar is None:
+        return [_skip("bandwidth", "no thresholds", f"profile {profile.get('name')} sets no bandwidth thresholds")]
+    if parsed is None:
+        return [_check("bandwidth.probe", False, "nccl-tests all_reduce_perf or a torch probe runs", error or "no output",
+                       "install nccl-tests (all_reduce_perf on PATH) or PyTorch with CUDA/ROCm on the node")]
+    checks = []
+    if parsed.get("kind") == "torch-bw" and p2p is not None:
+        for c in parsed.get("copies", []):
+            checks.append(_check(f"bandwidth.p2p.GPU{c['src']}-GPU{c['dst']}", c["gbps"] >= p2p, f">= {p2p} GB/s",
+                                 f"{c['gbps']:.1f} GB/s",
+                                 "device-to-device copies are slow: check the NVLink/XGMI state (links.* checks), "
+                                 "P2P support (`nvidia-smi topo -p2p n`) and that no other job uses the GPUs"))
+    busbw = parsed.get("avg_busbw_gbps") if parsed.get("kind") == "nccl-tests" else parsed.get("allreduce_busbw_gbps")
+    if parsed.get("kind") == "nccl-tests":
+        busbw = parsed.get("peak_busbw_gbps") or busbw
+    if ar is not None:
+        if busbw is None:
+            checks.append(_skip("bandwidth.allreduce", f">= {ar} GB/s bus bandwidth", "not measured (one device)"))
+        else:
+            checks.append(_check("bandwidth.allreduce", busbw >= ar, f">= {ar} GB/s bus bandwidth",
+                                 f"{busbw:.1f} GB/s", "all-reduce is slow: check the interconnect checks, NCCL_/RCCL_ "
+                                 "environment (NCCL_P2P_DISABLE, NCCL_IB_*), and run nccl-tests with NCCL_DEBUG=INFO"))
+    if parsed.get("kind") == "nccl-tests" and parsed.get("out_of_bounds"):
+        checks.append(_check("bandwidth.correctness", False, "0 wrong values", f"{parsed['out_of_bounds']} wrong values",
+                             "all-reduce returned wrong data: a GPU or link corrupts data; run dcgmi diag -r 3"))
+    return checks or [_skip("bandwidth", "measurements", "the probe printed nothing to compare")]

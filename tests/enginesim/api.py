@@ -1,0 +1,240 @@
+"""The OpenAI-compatible HTTP API of the stand-ins (deterministic answers).
+
+/health (200 when ready, 503 while loading or with the never_healthy fault), /v1/models,
+/v1/chat/completions (content, reasoning_content with a reasoning parser, tool calls when tools
+are given and tool calling is on, 404 for an unknown model like vLLM), /v1/completions, /version.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+import time
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from .runtime import Log, die
+
+
+@dataclass
+class ApiConfig:
+    engine: str  # vllm | vllm-ascend | sglang | trtllm
+    version: str
+    served_names: list[str]
+    model_path: str
+    max_model_len: int = 4096
+    reasoning_parser: str | None = None
+    tool_call_parser: str | None = None
+    auto_tool_choice: bool = False
+    faults: set[str] = field(default_factory=set)
+
+
+def _words(text: str) -> int:
+    return len(text.split())
+
+
+def _text_of(content) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return " ".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+    return ""
+
+
+def _sample(schema: dict):
+    kind = (schema or {}).get("type")
+    if "enum" in (schema or {}):
+        return schema["enum"][0]
+    if kind == "string":
+        return "enginesim"
+    if kind == "integer":
+        return 1
+    if kind == "number":
+        return 1.0
+    if kind == "boolean":
+        return True
+    if kind == "array":
+        return [_sample(schema.get("items", {}))]
+    if kind == "object":
+        props = schema.get("properties", {})
+        required = schema.get("required", list(props))
+        return {k: _sample(props[k]) for k in required if k in props}
+    return None
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, message: str, kind: str, param: str | None = None):
+        super().__init__(message)
+        self.status, self.message, self.kind, self.param = status, message, kind, param
+
+    def body(self) -> dict:
+        return {"error": {"message": self.message, "type": self.kind, "param": self.param, "code": self.status}}
+
+
+def tool_calling_enabled(cfg: ApiConfig) -> bool:
+    if "no_tool_calls" in cfg.faults:
+        return False
+    if cfg.engine in ("vllm", "vllm-ascend"):
+        return bool(cfg.auto_tool_choice and cfg.tool_call_parser)
+    return bool(cfg.tool_call_parser)
+
+
+def chat_completion(cfg: ApiConfig, req: dict) -> dict:
+    """The deterministic answer to one chat request (raises ApiError like the real server)."""
+    model = req.get("model")
+    if model not in cfg.served_names:
+        raise ApiError(404, f"The model `{model}` does not exist.", "NotFoundError", "model")
+    messages = req.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise ApiError(400, "messages must be a non-empty list", "BadRequestError", "messages")
+    last_user = next((_text_of(m.get("content")) for m in reversed(messages)
+                      if isinstance(m, dict) and m.get("role") == "user"), "")
+    digest = hashlib.sha256(json.dumps(messages, sort_keys=True).encode()).hexdigest()[:12]
+    tools = req.get("tools") or []
+    choice = req.get("tool_choice", "auto" if tools else "none")
+    message: dict = {"role": "assistant", "content": None, "tool_calls": []}
+    finish = "stop"
+    if tools and choice != "none":
+        if cfg.engine in ("vllm", "vllm-ascend") and choice == "auto" and not tool_calling_enabled(cfg):
+            raise ApiError(400, '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set',
+                           "BadRequestError")
+        if tool_calling_enabled(cfg) or isinstance(choice, dict):
+            tool = tools[0]
+            if isinstance(choice, dict):
+                wanted = choice.get("function", {}).get("name")
+                tool = next((t for t in tools if t.get("function", {}).get("name") == wanted), tool)
+            fn = tool.get("function", {})
+            message["tool_calls"] = [{
+                "id": f"chatcmpl-tool-{digest}",
+                "type": "function",
+                "function": {"name": fn.get("name", "tool"),
+                             "arguments": json.dumps(_sample(fn.get("parameters") or {"type": "object"}) or {})},
+            }]
+            finish = "tool_calls"
+    if finish == "stop":
+        message["content"] = f"[{cfg.served_names[0]}] deterministic answer {digest} to: {last_user[:200]}"
+    if cfg.reasoning_parser and "no_reasoning" not in cfg.faults:
+        message["reasoning_content"] = f"The user wrote {_words(last_user)} words; answer {digest} follows."
+    prompt_tokens = sum(_words(_text_of(m.get("content"))) for m in messages if isinstance(m, dict))
+    completion_tokens = _words(message.get("content") or "") + _words(message.get("reasoning_content") or "")
+    return {
+        "id": f"chatcmpl-{digest}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": finish}],
+        "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                  "total_tokens": prompt_tokens + completion_tokens},
+    }
+
+
+def text_completion(cfg: ApiConfig, req: dict) -> dict:
+    model = req.get("model")
+    if model not in cfg.served_names:
+        raise ApiError(404, f"The model `{model}` does not exist.", "NotFoundError", "model")
+    prompt = req.get("prompt", "")
+    prompt = prompt if isinstance(prompt, str) else json.dumps(prompt)
+    digest = hashlib.sha256(prompt.encode()).hexdigest()[:12]
+    text = f" deterministic completion {digest}"
+    return {
+        "id": f"cmpl-{digest}", "object": "text_completion", "created": int(time.time()), "model": model,
+        "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": "length"}],
+        "usage": {"prompt_tokens": _words(prompt), "completion_tokens": _words(text),
+                  "total_tokens": _words(prompt) + _words(text)},
+    }
+
+
+class ApiServer:
+    def __init__(self, cfg: ApiConfig, host: str, port: int, log: Log):
+        self.cfg = cfg
+        self.log = log
+        self.ready = threading.Event()
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, fmt, *args):  # uvicorn-style access log
+                pass
+
+            def _send(self, status: int, body, content_type: str = "application/json"):
+                data = body if isinstance(body, bytes) else json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", content_type)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+                reason = {200: "OK", 400: "Bad Request", 404: "Not Found", 503: "Service Unavailable"}.get(status, "")
+                outer.log.raw(f'INFO:     {self.client_address[0]}:{self.client_address[1]} - '
+                              f'"{self.command} {self.path} HTTP/1.1" {status} {reason}')
+
+            def _healthy(self) -> bool:
+                return outer.ready.is_set() and "never_healthy" not in outer.cfg.faults
+
+            def do_GET(self):
+                if self.path == "/health":
+                    return self._send(200 if self._healthy() else 503, b"")
+                if not self._healthy():
+                    return self._send(503, {"error": {"message": "the model is still loading", "code": 503}})
+                if self.path == "/v1/models":
+                    now = int(time.time())
+                    data = [{"id": n, "object": "model", "created": now, "owned_by": outer.cfg.engine,
+                             "root": outer.cfg.model_path, "parent": None, "max_model_len": outer.cfg.max_model_len}
+                            for n in outer.cfg.served_names]
+                    return self._send(200, {"object": "list", "data": data})
+                if self.path == "/version":
+                    return self._send(200, {"version": outer.cfg.version})
+                return self._send(404, {"detail": "Not Found"})
+
+            def do_POST(self):
+                length = int(self.headers.get("Content-Length") or 0)
+                raw = self.rfile.read(length) if length else b""
+                if not self._healthy():
+                    return self._send(503, {"error": {"message": "the model is still loading", "code": 503}})
+                try:
+                    req = json.loads(raw or b"{}")
+                except ValueError:
+                    return self._send(400, ApiError(400, "invalid JSON body", "BadRequestError").body())
+                try:
+                    if self.path == "/v1/chat/completions":
+                        resp = chat_completion(outer.cfg, req)
+                        if req.get("stream"):
+                            return self._stream(resp)
+                        return self._send(200, resp)
+                    if self.path == "/v1/completions":
+                        return self._send(200, text_completion(outer.cfg, req))
+                except ApiError as err:
+                    return self._send(err.status, err.body())
+                return self._send(404, {"detail": "Not Found"})
+
+            def _stream(self, resp: dict):
+                msg = resp["choices"][0]["message"]
+                chunks = [{"role": "assistant", "content": ""}]
+                if msg.get("reasoning_content"):
+                    chunks.append({"reasoning_content": msg["reasoning_content"]})
+                if msg.get("tool_calls"):
+                    chunks.append({"tool_calls": [dict(tc, index=i) for i, tc in enumerate(msg["tool_calls"])]})
+                if msg.get("content"):
+                    chunks.append({"content": msg["content"]})
+                lines = []
+                for i, delta in enumerate(chunks):
+                    finish = resp["choices"][0]["finish_reason"] if i == len(chunks) - 1 else None
+                    event = {"id": resp["id"], "object": "chat.completion.chunk", "created": resp["created"],
+                             "model": resp["model"],
+                             "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+                    lines.append(b"data: " + json.dumps(event).encode() + b"\n\n")
+                lines.append(b"data: [DONE]\n\n")
+                self._send(200, b"".join(lines), "text/event-stream")
+
+        class Server(ThreadingHTTPServer):
+            allow_reuse_address = True
+            daemon_threads = True
+
+        try:
+            self.httpd = Server((host, port), Handler)
+        except OSError as exc:
+            die(log, f"OSError: [Errno {exc.errno}] error while attempting to bind on address ({host!r}, {port}): "
+                     f"{exc.strerror}", where="launcher.py:1")
+        self.port = self.httpd.server_address[1]
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()

@@ -1,0 +1,190 @@
+"""Flag sets read from data/engines (JSON below '#' comment lines) and argv parsing like the real CLIs.
+
+argparse-style engines (vLLM, SGLang) exit 2 with ``<prog>: error: ...``; click-style ones
+(trtllm-serve, ray) exit 2 with ``Error: No such option: ...``, as the real programs do.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+ENV_DATA = "LLMB_ENGINESIM_DATA"
+VALUE_TYPES = {"int", "float", "str", "json", "choice", "list", "optional"}
+
+
+class UsageError(Exception):
+    """A command line the real CLI would refuse (exit status 2)."""
+
+    def __init__(self, message: str, usage: str = ""):
+        super().__init__(message)
+        self.usage = usage
+
+
+def data_dir() -> Path:
+    """Directory holding the <engine>-<version>.yml flag sets."""
+    env = os.environ.get(ENV_DATA)
+    candidates = []
+    if env:
+        candidates += [Path(env) / "engines", Path(env)]
+    here = Path(__file__).resolve().parent
+    candidates += [here / "data" / "engines", here.parent.parent / "data" / "engines"]
+    for cand in candidates:
+        if cand.is_dir() and any(cand.glob("*.yml")):
+            return cand
+    raise SystemExit(f"enginesim: no flag sets found (set {ENV_DATA}); looked in {[str(c) for c in candidates]}")
+
+
+def read_doc(path: Path) -> dict:
+    lines = [ln for ln in path.read_text(encoding="utf-8").splitlines() if not ln.lstrip().startswith("#")]
+    return json.loads("\n".join(lines))
+
+
+def load(engine: str, version: str | None = None) -> dict:
+    """The merged flag set of an engine; version from env LLMB_ENGINESIM_VERSION_<ENGINE> or the only one."""
+    directory = data_dir()
+    docs = {}
+    for path in directory.glob("*.yml"):
+        doc = read_doc(path)
+        docs[path.stem] = doc
+    env_key = "LLMB_ENGINESIM_VERSION_" + engine.upper().replace("-", "_")
+    version = version or os.environ.get(env_key)
+    mine = {n: d for n, d in docs.items() if d.get("engine") == engine}
+    if version:
+        name = f"{engine}-{version}"
+        if name not in mine:
+            raise SystemExit(f"enginesim: no flag set {name} in {directory}")
+    elif len(mine) == 1:
+        name = next(iter(mine))
+    else:
+        raise SystemExit(f"enginesim: {len(mine)} flag sets for {engine} in {directory}; set {env_key}")
+    doc = mine[name]
+    if doc.get("extends"):
+        base = dict(docs[doc["extends"]])
+        flags = dict(base.get("flags", {}))
+        base.update({k: v for k, v in doc.items() if k not in ("flags_add", "flags_remove", "extends")})
+        flags.update(doc.get("flags_add", {}))
+        for gone in doc.get("flags_remove", []):
+            flags.pop(gone, None)
+        base["flags"] = flags
+        doc = base
+    return doc
+
+
+def _aliases(fs: dict) -> dict[str, str]:
+    out = {}
+    for canon, spec in fs["flags"].items():
+        out[canon] = canon
+        for alias in spec.get("aliases", []):
+            out[alias] = canon
+    return out
+
+
+def parse(fs: dict, argv: list[str]) -> tuple[dict, list[str]]:
+    """Parse argv into ({'--canonical': value}, positionals). Raises UsageError like the real CLI."""
+    alias = _aliases(fs)
+    click = fs.get("style") == "click"
+    underscores = bool(fs.get("underscore_equivalent"))
+    values: dict = {}
+    positionals: list[str] = []
+    unknown: list[str] = []
+    i = 0
+
+    def spell(tok: str):
+        if tok in alias:
+            return alias[tok], False
+        if underscores and tok.startswith("--"):
+            dashed = "--" + tok[2:].replace("_", "-")
+            if dashed in alias:
+                return alias[dashed], False
+        if tok.startswith("--no-"):
+            base = spell("--" + tok[5:])
+            if base and not base[1] and fs["flags"][base[0]]["type"] == "bool":
+                return base[0], True
+        return None
+
+    while i < len(argv):
+        tok = argv[i]
+        if tok == "--":
+            positionals += argv[i + 1:]
+            break
+        if not tok.startswith("-") or tok == "-":
+            positionals.append(tok)
+            i += 1
+            continue
+        name, eq, inline = tok.partition("=")
+        found = spell(name)
+        if found is None:
+            if click:
+                raise UsageError(f"No such option: {name}")
+            unknown.append(tok)
+            i += 1
+            continue
+        canon, negated = found
+        spec = fs["flags"][canon]
+        kind = spec["type"]
+        if kind in ("flag", "bool") or negated:
+            if eq:
+                raise UsageError(f"argument {name}: ignored explicit argument {inline!r}")
+            values[canon] = not negated
+            i += 1
+            continue
+        if eq:
+            raw: object = inline
+            i += 1
+        elif kind == "list":
+            j = i + 1
+            items = []
+            while j < len(argv) and not argv[j].startswith("-"):
+                items.append(argv[j])
+                j += 1
+            if not items:
+                raise UsageError(f"argument {name}: expected at least one argument")
+            raw, i = items, j
+        elif kind == "optional":
+            if i + 1 < len(argv) and not argv[i + 1].startswith("-"):
+                raw, i = argv[i + 1], i + 2
+            else:
+                raw, i = True, i + 1
+        else:
+            if i + 1 >= len(argv) or (argv[i + 1].startswith("-") and not _numeric(argv[i + 1])):
+                if click:
+                    raise UsageError(f"Option '{name}' requires an argument.")
+                raise UsageError(f"argument {name}: expected one argument")
+            raw, i = argv[i + 1], i + 2
+        values[canon] = _convert(name, kind, spec, raw, click)
+    if unknown:
+        raise UsageError(f"unrecognized arguments: {' '.join(unknown)}")
+    return values, positionals
+
+
+def _numeric(tok: str) -> bool:
+    try:
+        float(tok)
+        return True
+    except ValueError:
+        return False
+
+
+def _convert(name: str, kind: str, spec: dict, raw, click: bool):
+    try:
+        if kind == "int":
+            return int(raw)
+        if kind == "float":
+            return float(raw)
+    except ValueError:
+        if click:
+            raise UsageError(f"Invalid value for '{name}': {raw!r} is not a valid {kind}.") from None
+        raise UsageError(f"argument {name}: invalid {kind} value: {raw!r}") from None
+    if kind == "choice" and raw not in spec.get("choices", []):
+        choices = ", ".join(repr(c) for c in spec.get("choices", []))
+        if click:
+            raise UsageError(f"Invalid value for '{name}': {raw!r} is not one of {choices}.")
+        raise UsageError(f"argument {name}: invalid choice: {raw!r} (choose from {choices})")
+    if kind == "json" and isinstance(raw, str) and raw.strip().startswith(("{", "[")):
+        try:
+            return json.loads(raw)
+        except ValueError:
+            raise UsageError(f"argument {name}: invalid loads value: {raw!r}") from None
+    return raw

@@ -1,0 +1,88 @@
+"""Data the planner reads: model profiles, presets, platform accessor, sample inventories."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import yaml
+from llmb.planner.data import BUILTIN_PLATFORMS, DataDir
+from llmb.planner.inventory import KNOBS
+from planner_helpers import INVENTORIES, REPO
+
+DATA = DataDir(REPO / "data")
+MODELS = DATA.model_names()
+
+
+def test_expected_models_exist():
+    assert {"kimi-k2-thinking", "kimi-k2-instruct", "kimi-k2-sim"} <= set(MODELS)
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_model_profile_fields(name):
+    doc = DATA.model(name)
+    for key in ("repo_id", "total_size_bytes", "shard_count", "params_total", "weight_dtype", "bytes_per_param",
+                "served_model_name", "engine_flags", "config_patches", "files"):
+        assert key in doc, f"{name} lacks {key}"
+    rev = doc.get("revision")
+    assert (rev is not None and re.fullmatch(r"[0-9a-f]{40}", rev)) or "PLACEHOLDER" in doc.get("revision_note", "")
+    assert doc["files"]["allow_patterns"]
+    for key, patches in doc["config_patches"].items():
+        for patch in patches:
+            assert set(patch) == {"path", "value", "expect"}, (key, patch)
+
+
+def test_kimi_patches_are_the_recipes():
+    doc = DATA.model("kimi-k2-thinking")
+    assert doc["config_patches"]["vllm-ascend"] == [
+        {"path": "quantization_config.config_groups.group_0.targets", "value": ["MoE"], "expect": ["Linear"]}]
+    assert doc["config_patches"]["trtllm"] == [{"path": "model_type", "value": "deepseek_v3", "expect": "kimi_k2"}]
+    assert doc["engine_flags"]["vllm"]["tool-call-parser"] == "kimi_k2"
+    assert doc["engine_flags"]["vllm"]["reasoning-parser"] == "kimi_k2"
+
+
+@pytest.mark.parametrize("name", ["long-context", "low-latency", "high-throughput"])
+def test_presets_cover_every_engine(name):
+    doc = DATA.preset(name)
+    assert doc["source"].startswith("seed")
+    assert set(doc["engines"]) == {"vllm", "vllm-ascend", "sglang", "trtllm"}
+
+
+def test_platform_accessor_reads_the_verify_profiles():
+    for name in BUILTIN_PLATFORMS:
+        p = DATA.platform(name)
+        assert p is not None and p.device_count >= 1 and p.device_memory_gb > 10
+    assert DATA.platform("h800-hgx8").device_count == 8
+    assert DATA.platform("a3-16npu").vendor == "huawei"
+    assert DATA.platform("nope") is None
+
+
+def test_platform_accessor_falls_back_to_builtin(tmp_path):
+    p = DataDir(tmp_path).platform("h100-hgx8")
+    assert p.source == "builtin" and p.device_count == 8
+
+
+def test_platform_accessor_accepts_device_memory_gb(tmp_path):
+    (tmp_path / "platforms").mkdir()
+    (tmp_path / "platforms" / "x.yml").write_text("vendor: nvidia\ndevice: {model: X, count: 4, memory_gb: 24}\n")
+    p = DataDir(tmp_path).platform("x")
+    assert (p.device_count, p.device_memory_gb, p.device_model) == (4, 24.0, "X")
+
+
+SAMPLES = sorted(p.name for p in INVENTORIES.iterdir() if (p / "hosts.yml").exists())
+
+
+def test_all_sample_inventories_exist():
+    assert set(SAMPLES) >= {"h100", "h200", "h800", "h800-dp-ep", "a3", "mi300x", "h200-sglang", "h200-trtllm", "sim"}
+
+
+@pytest.mark.parametrize("name", SAMPLES)
+def test_sample_inventory_documents_every_knob(name):
+    text = "\n".join(p.read_text() for p in sorted((INVENTORIES / name / "group_vars" / "all").glob("*.yml")))
+    for knob in KNOBS:
+        if knob.per_host:
+            continue
+        assert re.search(rf"^# {knob.name}: .+\n(#.*\n)*#   default: ", text, re.M), f"{knob.name} undocumented"
+        assert re.search(rf"^(# )?{knob.name}:", text, re.M)
+    hosts = yaml.safe_load((INVENTORIES / name / "hosts.yml").read_text())
+    assert hosts["all"]["children"]["accel_nodes"]["hosts"]
