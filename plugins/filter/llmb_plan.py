@@ -1,9 +1,9 @@
 """Filters exposing the launch planner to playbooks (controller side).
 
-    plan: "{{ hostvars | llmb_launch_plan(groups) }}"          # list of host plans (the contract)
-    mine: "{{ plan | llmb_host_plan(inventory_hostname) }}"     # this host's entry
-    problems: "{{ hostvars | llmb_plan_problems(groups) }}"    # [] or list of problem dicts
-    report: "{{ problems | llmb_plan_report }}"                 # multi-line text for fail_msg
+plan: "{{ hostvars | llmb_launch_plan(groups) }}"          # list of host plans (the contract)
+mine: "{{ plan | llmb_host_plan(inventory_hostname) }}"     # this host's entry
+problems: "{{ hostvars | llmb_plan_problems(groups) }}"    # [] or list of problem dicts
+report: "{{ problems | llmb_plan_report }}"                 # multi-line text for fail_msg
 """
 
 from __future__ import annotations
@@ -35,8 +35,10 @@ def llmb_plan_problems(hostvars, groups, data_dir=None):
 
 def llmb_plan_report(problems):
     """Multi-line report of problem dicts (as returned by llmb_plan_problems)."""
-    objs = [Problem(**{k: p.get(k) for k in ("check", "message", "found", "expected", "fix", "host")})
-            for p in problems or []]
+    objs = [
+        Problem(**{k: p.get(k) for k in ("check", "message", "found", "expected", "fix", "host")})
+        for p in problems or []
+    ]
     for p in objs:
         p.fix = p.fix or ""
     return PlanError(objs).report() if objs else "launch plan: no problems"

@@ -68,6 +68,11 @@ def llmb_ssh_mesh_bad_pairs(rows):
     return sum((0 if pairs else 1) + sum(1 for r in pairs if not r["ok"]) for pairs in dict(rows).values())
 
 
+def llmb_ssh_mesh_rows_bad(port, hostvars, nodes, register_name):
+    """Failed or missing pairs on one port (argument order suits map('llmb_ssh_mesh_rows_bad', ...))."""
+    return llmb_ssh_mesh_bad_pairs(llmb_ssh_mesh_rows(hostvars, nodes, register_name, port))
+
+
 def llmb_ssh_mesh_rows(hostvars, nodes, register_name, port):
     """{source: [pair results]} for one port, from each node's registered llmb_ssh_mesh_check loop."""
     rows = {}
@@ -107,6 +112,7 @@ class FilterModule:
                 llmb_ssh_known_hosts_for,
                 llmb_ssh_not_addresses,
                 llmb_ssh_mesh_bad_pairs,
+                llmb_ssh_mesh_rows_bad,
                 llmb_ssh_mesh_rows,
                 llmb_ssh_mesh_matrix,
                 llmb_ssh_mesh_failures,

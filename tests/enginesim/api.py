@@ -69,7 +69,9 @@ class ApiError(Exception):
         self.status, self.message, self.kind, self.param = status, message, kind, param
 
     def body(self) -> dict:
-        return {"error": {"message": self.message, "type": self.kind, "param": self.param, "code": self.status}}
+        return {
+            "error": {"message": self.message, "type": self.kind, "param": self.param, "code": self.status}
+        }
 
 
 def tool_calling_enabled(cfg: ApiConfig) -> bool:
@@ -88,8 +90,14 @@ def chat_completion(cfg: ApiConfig, req: dict) -> dict:
     messages = req.get("messages")
     if not isinstance(messages, list) or not messages:
         raise ApiError(400, "messages must be a non-empty list", "BadRequestError", "messages")
-    last_user = next((_text_of(m.get("content")) for m in reversed(messages)
-                      if isinstance(m, dict) and m.get("role") == "user"), "")
+    last_user = next(
+        (
+            _text_of(m.get("content"))
+            for m in reversed(messages)
+            if isinstance(m, dict) and m.get("role") == "user"
+        ),
+        "",
+    )
     digest = hashlib.sha256(json.dumps(messages, sort_keys=True).encode()).hexdigest()[:12]
     tools = req.get("tools") or []
     choice = req.get("tool_choice", "auto" if tools else "none")
@@ -97,20 +105,27 @@ def chat_completion(cfg: ApiConfig, req: dict) -> dict:
     finish = "stop"
     if tools and choice != "none":
         if cfg.engine in ("vllm", "vllm-ascend") and choice == "auto" and not tool_calling_enabled(cfg):
-            raise ApiError(400, '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set',
-                           "BadRequestError")
+            raise ApiError(
+                400,
+                '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set',
+                "BadRequestError",
+            )
         if tool_calling_enabled(cfg) or isinstance(choice, dict):
             tool = tools[0]
             if isinstance(choice, dict):
                 wanted = choice.get("function", {}).get("name")
                 tool = next((t for t in tools if t.get("function", {}).get("name") == wanted), tool)
             fn = tool.get("function", {})
-            message["tool_calls"] = [{
-                "id": f"chatcmpl-tool-{digest}",
-                "type": "function",
-                "function": {"name": fn.get("name", "tool"),
-                             "arguments": json.dumps(_sample(fn.get("parameters") or {"type": "object"}) or {})},
-            }]
+            message["tool_calls"] = [
+                {
+                    "id": f"chatcmpl-tool-{digest}",
+                    "type": "function",
+                    "function": {
+                        "name": fn.get("name", "tool"),
+                        "arguments": json.dumps(_sample(fn.get("parameters") or {"type": "object"}) or {}),
+                    },
+                }
+            ]
             finish = "tool_calls"
     if finish == "stop":
         message["content"] = f"[{cfg.served_names[0]}] deterministic answer {digest} to: {last_user[:200]}"
@@ -124,8 +139,11 @@ def chat_completion(cfg: ApiConfig, req: dict) -> dict:
         "created": int(time.time()),
         "model": model,
         "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": finish}],
-        "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-                  "total_tokens": prompt_tokens + completion_tokens},
+        "usage": {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        },
     }
 
 
@@ -138,10 +156,16 @@ def text_completion(cfg: ApiConfig, req: dict) -> dict:
     digest = hashlib.sha256(prompt.encode()).hexdigest()[:12]
     text = f" deterministic completion {digest}"
     return {
-        "id": f"cmpl-{digest}", "object": "text_completion", "created": int(time.time()), "model": model,
+        "id": f"cmpl-{digest}",
+        "object": "text_completion",
+        "created": int(time.time()),
+        "model": model,
         "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": "length"}],
-        "usage": {"prompt_tokens": _words(prompt), "completion_tokens": _words(text),
-                  "total_tokens": _words(prompt) + _words(text)},
+        "usage": {
+            "prompt_tokens": _words(prompt),
+            "completion_tokens": _words(text),
+            "total_tokens": _words(prompt) + _words(text),
+        },
     }
 
 
@@ -165,9 +189,13 @@ class ApiServer:
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)
-                reason = {200: "OK", 400: "Bad Request", 404: "Not Found", 503: "Service Unavailable"}.get(status, "")
-                outer.log.raw(f'INFO:     {self.client_address[0]}:{self.client_address[1]} - '
-                              f'"{self.command} {self.path} HTTP/1.1" {status} {reason}')
+                reason = {200: "OK", 400: "Bad Request", 404: "Not Found", 503: "Service Unavailable"}.get(
+                    status, ""
+                )
+                outer.log.raw(
+                    f"INFO:     {self.client_address[0]}:{self.client_address[1]} - "
+                    f'"{self.command} {self.path} HTTP/1.1" {status} {reason}'
+                )
 
             def _healthy(self) -> bool:
                 return outer.ready.is_set() and "never_healthy" not in outer.cfg.faults
@@ -179,9 +207,18 @@ class ApiServer:
                     return self._send(503, {"error": {"message": "the model is still loading", "code": 503}})
                 if self.path == "/v1/models":
                     now = int(time.time())
-                    data = [{"id": n, "object": "model", "created": now, "owned_by": outer.cfg.engine,
-                             "root": outer.cfg.model_path, "parent": None, "max_model_len": outer.cfg.max_model_len}
-                            for n in outer.cfg.served_names]
+                    data = [
+                        {
+                            "id": n,
+                            "object": "model",
+                            "created": now,
+                            "owned_by": outer.cfg.engine,
+                            "root": outer.cfg.model_path,
+                            "parent": None,
+                            "max_model_len": outer.cfg.max_model_len,
+                        }
+                        for n in outer.cfg.served_names
+                    ]
                     return self._send(200, {"object": "list", "data": data})
                 if self.path == "/version":
                     return self._send(200, {"version": outer.cfg.version})
@@ -214,15 +251,21 @@ class ApiServer:
                 if msg.get("reasoning_content"):
                     chunks.append({"reasoning_content": msg["reasoning_content"]})
                 if msg.get("tool_calls"):
-                    chunks.append({"tool_calls": [dict(tc, index=i) for i, tc in enumerate(msg["tool_calls"])]})
+                    chunks.append(
+                        {"tool_calls": [dict(tc, index=i) for i, tc in enumerate(msg["tool_calls"])]}
+                    )
                 if msg.get("content"):
                     chunks.append({"content": msg["content"]})
                 lines = []
                 for i, delta in enumerate(chunks):
                     finish = resp["choices"][0]["finish_reason"] if i == len(chunks) - 1 else None
-                    event = {"id": resp["id"], "object": "chat.completion.chunk", "created": resp["created"],
-                             "model": resp["model"],
-                             "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+                    event = {
+                        "id": resp["id"],
+                        "object": "chat.completion.chunk",
+                        "created": resp["created"],
+                        "model": resp["model"],
+                        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+                    }
                     lines.append(b"data: " + json.dumps(event).encode() + b"\n\n")
                 lines.append(b"data: [DONE]\n\n")
                 self._send(200, b"".join(lines), "text/event-stream")
@@ -234,7 +277,11 @@ class ApiServer:
         try:
             self.httpd = Server((host, port), Handler)
         except OSError as exc:
-            die(log, f"OSError: [Errno {exc.errno}] error while attempting to bind on address ({host!r}, {port}): "
-                     f"{exc.strerror}", where="launcher.py:1")
+            die(
+                log,
+                f"OSError: [Errno {exc.errno}] error while attempting to bind on address ({host!r}, {port}): "
+                f"{exc.strerror}",
+                where="launcher.py:1",
+            )
         self.port = self.httpd.server_address[1]
         threading.Thread(target=self.httpd.serve_forever, daemon=True).start()

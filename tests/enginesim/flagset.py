@@ -33,7 +33,9 @@ def data_dir() -> Path:
     for cand in candidates:
         if cand.is_dir() and any(cand.glob("*.yml")):
             return cand
-    raise SystemExit(f"enginesim: no flag sets found (set {ENV_DATA}); looked in {[str(c) for c in candidates]}")
+    raise SystemExit(
+        f"enginesim: no flag sets found (set {ENV_DATA}); looked in {[str(c) for c in candidates]}"
+    )
 
 
 def read_doc(path: Path) -> dict:
@@ -107,7 +109,7 @@ def parse(fs: dict, argv: list[str]) -> tuple[dict, list[str]]:
     while i < len(argv):
         tok = argv[i]
         if tok == "--":
-            positionals += argv[i + 1:]
+            positionals += argv[i + 1 :]
             break
         if not tok.startswith("-") or tok == "-":
             positionals.append(tok)

@@ -28,8 +28,14 @@ WRAPPERS = {
 
 
 def wrapper(python: str, module: str, func: str, env: dict[str, str]) -> str:
-    lines = [f"#!{python}", f'"""Engine test double: enginesim.{module}.{func} (installed by enginesim/install.py)."""',
-             "import os", "import sys", "", f"sys.path.insert(0, {str(HERE.parent)!r})"]
+    lines = [
+        f"#!{python}",
+        f'"""Engine test double: enginesim.{module}.{func} (installed by enginesim/install.py)."""',
+        "import os",
+        "import sys",
+        "",
+        f"sys.path.insert(0, {str(HERE.parent)!r})",
+    ]
     for key, value in env.items():
         lines.append(f"os.environ.setdefault({key!r}, {value!r})")
     lines += [f"from enginesim.{module} import {func}  # noqa: E402", "", f"sys.exit({func}())", ""]
@@ -57,8 +63,12 @@ def install(venv: Path, engine: str | None, data: str | None) -> bool:
         env["LLMB_ENGINESIM_DATA"] = str(Path(data).resolve())
     for name, (module, func) in WRAPPERS.items():
         changed |= _write(venv / "bin" / name, wrapper(python, module, func, env), 0o755)
-    purelib = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                             check=True, capture_output=True, text=True).stdout.strip()
+    purelib = subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
     site = Path(purelib)
     site.mkdir(parents=True, exist_ok=True)
     changed |= _write(site / "llmb-enginesim.pth", f"{HERE}\n{HERE.parent}\n", 0o644)

@@ -65,7 +65,9 @@ def head(args: dict, log: runtime.Log) -> int:
     _record_pid()
     log.raw("Local node IP: " + ip)
     log.raw("--------------------\nRay runtime started.\n--------------------")
-    log.raw(f"Next steps\n  To add another node to this Ray cluster, run\n    ray start --address='{ip}:{port}'")
+    log.raw(
+        f"Next steps\n  To add another node to this Ray cluster, run\n    ray start --address='{ip}:{port}'"
+    )
     return runtime.wait_for_signal(log, "ray head")
 
 
@@ -77,10 +79,12 @@ def worker(args: dict, log: runtime.Log) -> int:
     timeout = runtime.connect_timeout()
     sock = runtime.join(host, int(port), {"node_ip": ip, "gpus": gpus, "head": False}, timeout)
     if sock is None:
-        log.raw(f"ConnectionError: Unable to connect to GCS (ray head) at {address} within {timeout:g} s. Check "
-                "that (1) Ray with matching version started successfully at the specified address, (2) this "
-                "node can reach the specified address, and (3) there is no firewall setting preventing access.",
-                err=True)
+        log.raw(
+            f"ConnectionError: Unable to connect to GCS (ray head) at {address} within {timeout:g} s. Check "
+            "that (1) Ray with matching version started successfully at the specified address, (2) this "
+            "node can reach the specified address, and (3) there is no firewall setting preventing access.",
+            err=True,
+        )
         return 1
     (runtime.state_dir() / "ray_current_cluster").write_text(f"{address}\n")
     _record_pid()
@@ -92,9 +96,13 @@ def worker(args: dict, log: runtime.Log) -> int:
 
 def _daemonize(argv: list[str], args: dict, log: runtime.Log) -> int:
     """`ray start` without --block: run the node in the background and return once it is up."""
-    child = subprocess.Popen([sys.executable, "-m", "enginesim.ray_cli", *argv, "--block"],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-                             env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+    child = subprocess.Popen(
+        [sys.executable, "-m", "enginesim.ray_cli", *argv, "--block"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+        env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)),
+    )
     deadline = time.monotonic() + runtime.connect_timeout() + 5
     while time.monotonic() < deadline:
         if child.poll() is not None:

@@ -135,13 +135,20 @@ def local_devices() -> int:
 def read_model_config(log: Log, model: str) -> tuple[Path, dict]:
     path = Path(model)
     if not path.is_dir():
-        die(log, f"OSError: We couldn't connect to 'https://huggingface.co' to load the files, and couldn't find "
-                 f"them in the cached files. Checkout your internet connection or see how to run the library in "
-                 f"offline mode. ({model} is not a local directory)", where="config.py:1")
+        die(
+            log,
+            f"OSError: We couldn't connect to 'https://huggingface.co' to load the files, and couldn't find "
+            f"them in the cached files. Checkout your internet connection or see how to run the library in "
+            f"offline mode. ({model} is not a local directory)",
+            where="config.py:1",
+        )
     cfg = path / "config.json"
     if not cfg.is_file():
-        die(log, f"ValueError: No supported config format found in {model} (config.json is missing)",
-            where="config.py:1")
+        die(
+            log,
+            f"ValueError: No supported config format found in {model} (config.json is missing)",
+            where="config.py:1",
+        )
     try:
         return path, json.loads(cfg.read_text())
     except ValueError as exc:
@@ -163,21 +170,32 @@ def check_model_config(log: Log, fs: dict, model_dir: Path, config: dict, trust_
     mtype = config.get("model_type")
     supported = fs.get("supports_model_types") or []
     if supported and mtype not in supported:
-        die(log, f"ValueError: The checkpoint you are trying to load has model type `{mtype}` but "
-                 f"{fs['engine']} {fs['version']} does not recognize this architecture "
-                 f"(known: {', '.join(supported)}). ({model_dir}/config.json)", where="config.py:1")
+        die(
+            log,
+            f"ValueError: The checkpoint you are trying to load has model type `{mtype}` but "
+            f"{fs['engine']} {fs['version']} does not recognize this architecture "
+            f"(known: {', '.join(supported)}). ({model_dir}/config.json)",
+            where="config.py:1",
+        )
     if config.get("auto_map") and not trust_remote_code:
-        die(log, f"ValueError: The repository {model_dir} contains custom code which must be executed to correctly "
-                 "load the model. Please pass the argument `trust_remote_code=True` to allow custom code to be run.",
-            where="config.py:1")
+        die(
+            log,
+            f"ValueError: The repository {model_dir} contains custom code which must be executed to correctly "
+            "load the model. Please pass the argument `trust_remote_code=True` to allow custom code to be run.",
+            where="config.py:1",
+        )
     for check in fs.get("config_checks") or []:
         when = check.get("when")
         if when and get_path(config, when["path"]) != when.get("equals"):
             continue
         value = get_path(config, check["path"])
         if value is not None and value in check.get("reject", []):
-            die(log, f"RuntimeError: {model_dir}/config.json: {check['path']} = {json.dumps(value)}: "
-                     f"{check['error']}", where="quant_config.py:1")
+            die(
+                log,
+                f"RuntimeError: {model_dir}/config.json: {check['path']} = {json.dumps(value)}: "
+                f"{check['error']}",
+                where="quant_config.py:1",
+            )
 
 
 # ------------------------------------------------------------------ rendezvous (line protocol over TCP)
@@ -217,7 +235,11 @@ class Rendezvous:
         try:
             self.server = Server((host, port), Handler)
         except OSError as exc:
-            die(log, f"OSError: [Errno {exc.errno}] could not bind {host}:{port}: {exc.strerror}", where="utils.py:1")
+            die(
+                log,
+                f"OSError: [Errno {exc.errno}] could not bind {host}:{port}: {exc.strerror}",
+                where="utils.py:1",
+            )
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def wait_for(self, predicate, timeout: float) -> bool:

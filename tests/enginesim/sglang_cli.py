@@ -38,8 +38,11 @@ def main(argv: list[str] | None = None) -> int:
     per_node = (tp * pp) // nnodes
     devices = runtime.local_devices()
     if (tp * pp) % nnodes or per_node > devices:
-        runtime.die(log, f"ValueError: tp_size {tp} x pp_size {pp} over {nnodes} node(s) needs {per_node} GPUs "
-                         f"per node; this node has {devices}")
+        runtime.die(
+            log,
+            f"ValueError: tp_size {tp} x pp_size {pp} over {nnodes} node(s) needs {per_node} GPUs "
+            f"per node; this node has {devices}",
+        )
     if nnodes > 1:
         addr = args.get("--dist-init-addr")
         if not addr or ":" not in addr:
@@ -49,25 +52,37 @@ def main(argv: list[str] | None = None) -> int:
             rdv = runtime.Rendezvous("0.0.0.0", int(port), log)
             log.info(f"Waiting for {nnodes - 1} other node(s) on {addr}")
             if not rdv.wait_for(lambda ms: len(ms) >= nnodes - 1, runtime.wait_timeout()):
-                runtime.die(log, f"torch.distributed.DistStoreError: Timed out after {runtime.wait_timeout():g} s "
-                                 f"waiting for clients. {1 + len(rdv.members)}/{nnodes} clients joined.")
+                runtime.die(
+                    log,
+                    f"torch.distributed.DistStoreError: Timed out after {runtime.wait_timeout():g} s "
+                    f"waiting for clients. {1 + len(rdv.members)}/{nnodes} clients joined.",
+                )
         else:
             timeout = runtime.connect_timeout()
             sock = runtime.join(host, int(port), {"node_rank": rank, "pid": os.getpid()}, timeout)
             if sock is None:
-                runtime.die(log, f"torch.distributed.DistNetworkError: The client socket has timed out after "
-                                 f"{timeout:g} s while trying to connect to ({host}, {port}) (--dist-init-addr of "
-                                 "node rank 0)")
+                runtime.die(
+                    log,
+                    f"torch.distributed.DistNetworkError: The client socket has timed out after "
+                    f"{timeout:g} s while trying to connect to ({host}, {port}) (--dist-init-addr of "
+                    "node rank 0)",
+                )
             log.info(f"Node rank {rank} joined {addr}")
             runtime.watch_master(sock, log, f"node rank 0 at {addr}")
             return runtime.wait_for_signal(log, f"sglang node rank {rank}")
     log.info(f"Load weight begin. {model_dir} tp={tp} pp={pp} nnodes={nnodes}")
     time.sleep(runtime.load_seconds())
     name = args.get("--served-model-name") or args["--model-path"]
-    cfg = ApiConfig(engine="sglang", version=fs["version"], served_names=[name], model_path=args["--model-path"],
-                    max_model_len=int(args.get("--context-length") or config.get("max_position_embeddings", 4096)),
-                    reasoning_parser=args.get("--reasoning-parser"), tool_call_parser=args.get("--tool-call-parser"),
-                    faults=faults)
+    cfg = ApiConfig(
+        engine="sglang",
+        version=fs["version"],
+        served_names=[name],
+        model_path=args["--model-path"],
+        max_model_len=int(args.get("--context-length") or config.get("max_position_embeddings", 4096)),
+        reasoning_parser=args.get("--reasoning-parser"),
+        tool_call_parser=args.get("--tool-call-parser"),
+        faults=faults,
+    )
     host = args.get("--host") or "127.0.0.1"
     server = ApiServer(cfg, host, int(args.get("--port", 30000)), log)
     server.ready.set()

@@ -33,8 +33,10 @@ def main(argv: list[str] | None = None) -> int:
         parser = args.get("--reasoning_parser")
         known = (fs.get("parsers") or {}).get("reasoning") or []
         if parser and parser not in known:
-            raise flagset.UsageError(f"Invalid value for '--reasoning_parser': {parser!r} is not one of "
-                                     f"{', '.join(repr(k) for k in known)}.")
+            raise flagset.UsageError(
+                f"Invalid value for '--reasoning_parser': {parser!r} is not one of "
+                f"{', '.join(repr(k) for k in known)}."
+            )
     except flagset.UsageError as err:
         print(USAGE, file=sys.stderr)
         print(f"Error: {err}", file=sys.stderr)
@@ -57,16 +59,25 @@ def main(argv: list[str] | None = None) -> int:
     if size > 1 and size != world:
         runtime.die(log, f"ValueError: MPI world size {size} does not match tp_size {tp} x pp_size {pp}")
     if size == 1 and world > runtime.local_devices():
-        runtime.die(log, f"ValueError: tp_size {tp} x pp_size {pp} = {world} ranks need mpirun over several "
-                         f"nodes; this node has {runtime.local_devices()} GPUs")
+        runtime.die(
+            log,
+            f"ValueError: tp_size {tp} x pp_size {pp} = {world} ranks need mpirun over several "
+            f"nodes; this node has {runtime.local_devices()} GPUs",
+        )
     if rank > 0:
         log.info(f"rank {rank} of {size} ready")
         return runtime.wait_for_signal(log, f"trtllm rank {rank}")
     log.info(f"Loading {model_dir} with tp_size={tp} pp_size={pp} ep_size={args.get('--ep_size')}")
     time.sleep(runtime.load_seconds())
-    cfg = ApiConfig(engine="trtllm", version=fs["version"], served_names=[model], model_path=model,
-                    max_model_len=int(args.get("--max_seq_len") or config.get("max_position_embeddings", 4096)),
-                    reasoning_parser=args.get("--reasoning_parser"), faults=faults)
+    cfg = ApiConfig(
+        engine="trtllm",
+        version=fs["version"],
+        served_names=[model],
+        model_path=model,
+        max_model_len=int(args.get("--max_seq_len") or config.get("max_position_embeddings", 4096)),
+        reasoning_parser=args.get("--reasoning_parser"),
+        faults=faults,
+    )
     host = args.get("--host") or "localhost"
     server = ApiServer(cfg, host, int(args.get("--port", 8000)), log)
     server.ready.set()

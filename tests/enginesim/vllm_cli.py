@@ -44,7 +44,9 @@ def main(argv: list[str] | None = None) -> int:
         known = (fs.get("parsers") or {}).get("reasoning") or []
         if reasoning and known and reasoning not in known:
             choices = ", ".join(repr(c) for c in known)
-            raise flagset.UsageError(f"argument --reasoning-parser: invalid choice: {reasoning!r} (choose from {choices})")
+            raise flagset.UsageError(
+                f"argument --reasoning-parser: invalid choice: {reasoning!r} (choose from {choices})"
+            )
     except flagset.UsageError as err:
         print(USAGE, file=sys.stderr)
         print(f"vllm: error: {err}", file=sys.stderr)
@@ -58,16 +60,26 @@ def serve(fs: dict, engine: str, args: dict, pos: list[str], log: runtime.Log) -
     log.info(f"vLLM API server version {fs['version']} ({engine}, enginesim)", "api_server.py:1885")
     log.info(f"non-default args: {args}", "utils.py:233")
     if "exit_at_start" in faults:
-        runtime.die(log, "RuntimeError: CUDA error: an illegal memory access was encountered "
-                         "(enginesim fault exit_at_start)", where="core.py:710")
+        runtime.die(
+            log,
+            "RuntimeError: CUDA error: an illegal memory access was encountered "
+            "(enginesim fault exit_at_start)",
+            where="core.py:710",
+        )
     tool_parser = args.get("--tool-call-parser")
     if args.get("--enable-auto-tool-choice") and not tool_parser:
-        runtime.die(log, "TypeError: Error: --enable-auto-tool-choice requires --tool-call-parser",
-                    where="api_server.py:1800")
+        runtime.die(
+            log,
+            "TypeError: Error: --enable-auto-tool-choice requires --tool-call-parser",
+            where="api_server.py:1800",
+        )
     known_tools = (fs.get("parsers") or {}).get("tool_call") or []
     if tool_parser and known_tools and tool_parser not in known_tools:
-        runtime.die(log, f"KeyError: invalid tool call parser: {tool_parser} (chose from {{ {', '.join(known_tools)} }})",
-                    where="api_server.py:1810")
+        runtime.die(
+            log,
+            f"KeyError: invalid tool call parser: {tool_parser} (chose from {{ {', '.join(known_tools)} }})",
+            where="api_server.py:1810",
+        )
     model_dir, config = runtime.read_model_config(log, model)
     runtime.check_model_config(log, fs, model_dir, config, bool(args.get("--trust-remote-code")))
 
@@ -77,8 +89,12 @@ def serve(fs: dict, engine: str, args: dict, pos: list[str], log: runtime.Log) -
     dp = int(args.get("--data-parallel-size", 1))
     dp_local = int(args.get("--data-parallel-size-local") or dp)
     if tp % dcp != 0:
-        runtime.die(log, f"AssertionError: tensor parallel size {tp} must be divisible by decode context "
-                         f"parallel size {dcp}", where="parallel.py:1")
+        runtime.die(
+            log,
+            f"AssertionError: tensor parallel size {tp} must be divisible by decode context "
+            f"parallel size {dcp}",
+            where="parallel.py:1",
+        )
     devices = runtime.local_devices()
     world = tp * pp
     backend = args.get("--distributed-executor-backend")
@@ -90,20 +106,32 @@ def serve(fs: dict, engine: str, args: dict, pos: list[str], log: runtime.Log) -
         _dp_master(args, dp, dp_local, world, devices, log)
     else:
         if dp * world > devices and backend != "ray":
-            runtime.die(log, f"ValueError: World size ({dp * world}) is larger than the number of available GPUs "
-                             f"({devices}) in this node. If this is intentional, you are using multi-node "
-                             "inference; start a Ray cluster and pass --distributed-executor-backend ray.",
-                        where="parallel.py:1")
+            runtime.die(
+                log,
+                f"ValueError: World size ({dp * world}) is larger than the number of available GPUs "
+                f"({devices}) in this node. If this is intentional, you are using multi-node "
+                "inference; start a Ray cluster and pass --distributed-executor-backend ray.",
+                where="parallel.py:1",
+            )
         if backend == "ray":
             _wait_for_ray(world, log)
-    log.info(f"Loading weights from {model_dir} (TP {tp} x PP {pp} x DP {dp}, DCP {dcp})", "gpu_model_runner.py:1")
+    log.info(
+        f"Loading weights from {model_dir} (TP {tp} x PP {pp} x DP {dp}, DCP {dcp})", "gpu_model_runner.py:1"
+    )
     time.sleep(runtime.load_seconds())
     served = args.get("--served-model-name") or [model]
     cfg = ApiConfig(
-        engine=engine, version=fs["version"], served_names=list(served), model_path=str(model),
-        max_model_len=runtime.human_int(args.get("--max-model-len", config.get("max_position_embeddings", 4096))),
-        reasoning_parser=args.get("--reasoning-parser"), tool_call_parser=tool_parser,
-        auto_tool_choice=bool(args.get("--enable-auto-tool-choice")), faults=faults,
+        engine=engine,
+        version=fs["version"],
+        served_names=list(served),
+        model_path=str(model),
+        max_model_len=runtime.human_int(
+            args.get("--max-model-len", config.get("max_position_embeddings", 4096))
+        ),
+        reasoning_parser=args.get("--reasoning-parser"),
+        tool_call_parser=tool_parser,
+        auto_tool_choice=bool(args.get("--enable-auto-tool-choice")),
+        faults=faults,
     )
     host = args.get("--host") or "0.0.0.0"
     port = int(args.get("--port", 8000))
@@ -119,41 +147,65 @@ def serve(fs: dict, engine: str, args: dict, pos: list[str], log: runtime.Log) -
 def _wait_for_ray(world: int, log: runtime.Log) -> None:
     cluster = _ray_cluster(log)
     if cluster is None:
-        runtime.die(log, "ConnectionError: Could not find any running Ray instance. Please specify the one to "
-                         "connect to by setting RAY_ADDRESS, or start Ray with `ray start --head`.",
-                    where="ray_utils.py:1")
+        runtime.die(
+            log,
+            "ConnectionError: Could not find any running Ray instance. Please specify the one to "
+            "connect to by setting RAY_ADDRESS, or start Ray with `ray start --head`.",
+            where="ray_utils.py:1",
+        )
     host, port = cluster
     deadline = time.monotonic() + runtime.wait_timeout()
     gpus = 0
     while time.monotonic() < deadline:
         status = runtime.query(host, port)
         if status is None:
-            runtime.die(log, f"ConnectionError: the Ray cluster at {host}:{port} does not answer",
-                        where="ray_utils.py:1")
+            runtime.die(
+                log,
+                f"ConnectionError: the Ray cluster at {host}:{port} does not answer",
+                where="ray_utils.py:1",
+            )
         gpus = sum(int(m.get("gpus", 0)) for m in status.get("members", []))
         if gpus >= world:
-            log.info(f"Ray cluster at {host}:{port}: {len(status['members'])} node(s), {gpus} GPUs; "
-                     f"placing {world} workers", "ray_utils.py:1")
+            log.info(
+                f"Ray cluster at {host}:{port}: {len(status['members'])} node(s), {gpus} GPUs; "
+                f"placing {world} workers",
+                "ray_utils.py:1",
+            )
             return
         time.sleep(0.5)
-    runtime.die(log, f"ValueError: The number of required GPUs exceeds the total number of available GPUs in the "
-                     f"placement group: Ray cluster at {host}:{port} has {gpus}, TP x PP needs {world}",
-                where="ray_utils.py:1")
+    runtime.die(
+        log,
+        f"ValueError: The number of required GPUs exceeds the total number of available GPUs in the "
+        f"placement group: Ray cluster at {host}:{port} has {gpus}, TP x PP needs {world}",
+        where="ray_utils.py:1",
+    )
 
 
 def _dp_master(args, dp, dp_local, world, devices, log):
     if world * dp_local > devices:
-        runtime.die(log, f"ValueError: {dp_local} local DP ranks x world size {world} need {world * dp_local} "
-                         f"GPUs; this node has {devices}", where="parallel.py:1")
+        runtime.die(
+            log,
+            f"ValueError: {dp_local} local DP ranks x world size {world} need {world * dp_local} "
+            f"GPUs; this node has {devices}",
+            where="parallel.py:1",
+        )
     port = int(args.get("--data-parallel-rpc-port", 29550))
     rdv = runtime.Rendezvous("0.0.0.0", port, log)
-    log.info(f"Data parallel master listening on tcp://{args.get('--data-parallel-address')}:{port}; "
-             f"waiting for {dp - dp_local} remote engine(s)", "coordinator.py:1")
-    ok = rdv.wait_for(lambda ms: dp_local + sum(int(m.get("ranks", 0)) for m in ms) >= dp, runtime.wait_timeout())
+    log.info(
+        f"Data parallel master listening on tcp://{args.get('--data-parallel-address')}:{port}; "
+        f"waiting for {dp - dp_local} remote engine(s)",
+        "coordinator.py:1",
+    )
+    ok = rdv.wait_for(
+        lambda ms: dp_local + sum(int(m.get("ranks", 0)) for m in ms) >= dp, runtime.wait_timeout()
+    )
     if not ok:
         joined = dp_local + sum(int(m.get("ranks", 0)) for m in rdv.members)
-        runtime.die(log, f"TimeoutError: timed out waiting for data parallel engines: {joined} of {dp} connected",
-                    where="coordinator.py:1")
+        runtime.die(
+            log,
+            f"TimeoutError: timed out waiting for data parallel engines: {joined} of {dp} connected",
+            where="coordinator.py:1",
+        )
     log.info(f"All {dp} data parallel engines connected", "coordinator.py:1")
     return rdv
 
@@ -163,19 +215,29 @@ def _headless(args, dp, dp_local, world, devices, log) -> int:
     port = int(args.get("--data-parallel-rpc-port", 29550))
     start = int(args.get("--data-parallel-start-rank", 0))
     if not address:
-        runtime.die(log, "ValueError: --headless needs --data-parallel-address of the rank 0 node",
-                    where="serve.py:1")
+        runtime.die(
+            log, "ValueError: --headless needs --data-parallel-address of the rank 0 node", where="serve.py:1"
+        )
     if world * dp_local > devices:
-        runtime.die(log, f"ValueError: {dp_local} local DP ranks x world size {world} need {world * dp_local} "
-                         f"GPUs; this node has {devices}", where="parallel.py:1")
-    log.info(f"Headless mode: DP ranks {start}..{start + dp_local - 1} of {dp}, master tcp://{address}:{port}",
-             "serve.py:1")
+        runtime.die(
+            log,
+            f"ValueError: {dp_local} local DP ranks x world size {world} need {world * dp_local} "
+            f"GPUs; this node has {devices}",
+            where="parallel.py:1",
+        )
+    log.info(
+        f"Headless mode: DP ranks {start}..{start + dp_local - 1} of {dp}, master tcp://{address}:{port}",
+        "serve.py:1",
+    )
     timeout = runtime.connect_timeout()
     sock = runtime.join(address, port, {"start_rank": start, "ranks": dp_local, "pid": os.getpid()}, timeout)
     if sock is None:
-        runtime.die(log, f"RuntimeError: could not connect to the data parallel master at tcp://{address}:{port} "
-                         f"within {timeout:g} s (is DP rank 0 running, and is {address} reachable from this node?)",
-                    where="core_client.py:1")
+        runtime.die(
+            log,
+            f"RuntimeError: could not connect to the data parallel master at tcp://{address}:{port} "
+            f"within {timeout:g} s (is DP rank 0 running, and is {address} reachable from this node?)",
+            where="core_client.py:1",
+        )
     log.info(f"Connected to the data parallel master at {address}:{port}", "core_client.py:1")
     runtime.watch_master(sock, log, f"data parallel master {address}:{port}")
     return runtime.wait_for_signal(log, "vllm serve --headless")

@@ -44,7 +44,6 @@ import socket
 import sys
 import threading
 import time
-from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, quote, unquote, urlsplit
@@ -220,7 +219,7 @@ class Handler(BaseHTTPRequestHandler):
 
     def log_message(self, fmt: str, *args) -> None:  # quiet unless asked
         if os.environ.get("HFSERVER_LOG"):
-            sys.stderr.write("%s - %s\n" % (self.address_string(), fmt % args))
+            sys.stderr.write(f"{self.address_string()} - {fmt % args}\n")
 
     # -- helpers
     def _send_json(self, code: int, obj, headers: dict | None = None) -> None:

@@ -14,9 +14,10 @@ A patch is ``{"path": "quantization_config.config_groups.group_0.targets", "valu
 - ``create`` (optional, default false): allow adding a missing last key to an existing object.
   Without it a missing path fails: a patch that finds nothing to patch is a wrong profile.
 
-``patch_file`` keeps the file's first content once as ``<file>.orig`` (never overwritten later),
-writes through a temporary file in the same directory plus ``os.replace`` (a crash leaves either
-the old or the new file, never half of one), and leaves the file untouched on any error.
+``patch_file`` keeps the file's first content once as ``<file>.orig`` (never overwritten later;
+with the original's mode and mtime), writes through a temporary file in the same directory plus
+``os.replace`` (a crash leaves either the old or the new file, never half of one), and leaves the
+file untouched on any error.
 Standard library only: this runs on the nodes (Python 3.11).
 """
 
@@ -196,7 +197,8 @@ def _fsync_dir(directory: str) -> None:
         os.close(fd)
 
 
-def atomic_write(path: str, data: bytes, mode: int | None = None, exclusive: bool = False) -> None:
+def atomic_write(path: str, data: bytes, mode: int | None = None, exclusive: bool = False,
+                 times_ns: tuple[int, int] | None = None) -> None:
     """Write ``data`` to ``path`` through a temporary file in the same directory.
 
     ``exclusive``: fail with FileExistsError instead of replacing an existing file (os.link is the
@@ -210,6 +212,8 @@ def atomic_write(path: str, data: bytes, mode: int | None = None, exclusive: boo
             os.fsync(fh.fileno())
         if mode is not None:
             os.chmod(tmp, mode)
+        if times_ns is not None:
+            os.utime(tmp, ns=times_ns)
         if exclusive:
             os.link(tmp, path)
             os.unlink(tmp)
@@ -254,10 +258,13 @@ def patch_file(path: str, patches: list[dict], *, check: bool = False, keep_orig
     if not changed or check:
         result["orig_saved"] = bool(changed and keep_orig and not os.path.exists(orig))
         return result
-    mode = os.stat(path).st_mode & 0o7777
+    st = os.stat(path)
+    mode = st.st_mode & 0o7777
     if keep_orig and not os.path.exists(orig):
         try:
-            atomic_write(orig, raw, mode=mode, exclusive=True)
+            # like cp -p: the copy keeps the original's mtime, so a verification record made for the
+            # original (llmb.weights.verify) still describes it
+            atomic_write(orig, raw, mode=mode, exclusive=True, times_ns=(st.st_atime_ns, st.st_mtime_ns))
             result["orig_saved"] = True
         except FileExistsError:
             pass

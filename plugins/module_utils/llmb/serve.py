@@ -55,6 +55,8 @@ def docker_run_argv(name: str, image: str, argv: list[str], env: dict, devices: 
         out += ["--pid", str(o["pid"])]
     if o.get("shm_size"):
         out += ["--shm-size", str(o["shm_size"])]
+    if o.get("gpus"):
+        out += ["--gpus", str(o["gpus"])]
     if o.get("privileged"):
         out += ["--privileged"]
     for cap in o.get("cap_add") or []:

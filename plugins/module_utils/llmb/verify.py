@@ -239,9 +239,11 @@ def verify(facts: dict, profile: dict, waive: list[str] | tuple = ()) -> list[di
     devs = facts.get("devices") or []
     dev_cfg = profile["devices"]
     want = dev_cfg["count"]
+    kernel_hint = {"nvidia": "Xid / 'fallen off the bus' in dmesg", "amd": "amdgpu errors in dmesg",
+                   "ascend": "`npu-smi info -t health` and the device log (msnpureport)"}[vendor]
     add(_check("device.count", len(devs) == want, f"{want} devices", f"{len(devs)} devices",
-               f"a device is missing or extra: compare `{tools['devices']}` with the profile; look for Xid / "
-               "'fallen off the bus' in dmesg, reseat or RMA the board, or choose the profile that matches"))
+               f"a device is missing or extra: compare `{tools['devices']}` with the profile; look for {kernel_hint}, "
+               "reseat or RMA the board, or choose the profile that matches"))
     if devs:
         pat = re.compile(dev_cfg["model_pattern"])
         bad = [f"{d['name']}: {d.get('model')}" for d in devs if not pat.search(d.get("model") or "")]
@@ -410,7 +412,7 @@ def _nvidia_specific(checks, facts, profile, devs):
         checks.append(_check("fabric_manager.service", ok, "nvidia-fabricmanager active", found,
                              f"start Fabric Manager of the same version as the driver ({facts.get('driver_version')}): "
                              "`systemctl enable --now nvidia-fabricmanager`; see journalctl -u nvidia-fabricmanager"))
-        states = [f"{d['name']}: {d.get('fabric_state')}/{d.get('fabric_status')}" for d in devs
+        states = [f"{d['name']}: {d.get('fabric_state') or 'N/A'}/{d.get('fabric_status') or 'N/A'}" for d in devs
                   if d.get("fabric_state") not in (None, "Completed") or d.get("fabric_status") not in (None, "Success")]
         checks.append(_check("fabric_manager.fabric_state", not states, "fabric state Completed/Success on every GPU",
                              "; ".join(states) if states else "Completed/Success",

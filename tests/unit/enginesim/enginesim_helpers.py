@@ -23,8 +23,10 @@ KIMI_CONFIG = {
     "architectures": ["DeepseekV3ForCausalLM"],
     "auto_map": {"AutoConfig": "configuration_deepseek.DeepseekV3Config"},
     "max_position_embeddings": 262144,
-    "quantization_config": {"quant_method": "compressed-tensors",
-                            "config_groups": {"group_0": {"targets": ["Linear"]}}},
+    "quantization_config": {
+        "quant_method": "compressed-tensors",
+        "config_groups": {"group_0": {"targets": ["Linear"]}},
+    },
 }
 
 
@@ -49,15 +51,17 @@ def free_port() -> int:
 
 def sim_env(state: Path, **extra) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("LLMB_ENGINESIM", "OMPI_", "RAY_"))}
-    env.update({
-        "LLMB_ENGINESIM_STATE": str(state),
-        "LLMB_ENGINESIM_DATA": str(REPO / "data"),
-        "LLMB_ENGINESIM_FAULTS_FILE": str(state / "faults"),
-        "LLMB_ENGINESIM_LOAD_SECONDS": "0.1",
-        "LLMB_ENGINESIM_CONNECT_TIMEOUT": "2",
-        "LLMB_ENGINESIM_WAIT_TIMEOUT": "15",
-        "LLMB_ENGINESIM_DEVICES": "8",
-    })
+    env.update(
+        {
+            "LLMB_ENGINESIM_STATE": str(state),
+            "LLMB_ENGINESIM_DATA": str(REPO / "data"),
+            "LLMB_ENGINESIM_FAULTS_FILE": str(state / "faults"),
+            "LLMB_ENGINESIM_LOAD_SECONDS": "0.1",
+            "LLMB_ENGINESIM_CONNECT_TIMEOUT": "2",
+            "LLMB_ENGINESIM_WAIT_TIMEOUT": "15",
+            "LLMB_ENGINESIM_DEVICES": "8",
+        }
+    )
     env.update({k: str(v) for k, v in extra.items()})
     state.mkdir(parents=True, exist_ok=True)
     return env

@@ -7,19 +7,38 @@ import urllib.error
 import urllib.request
 
 import pytest
-
 from enginesim.api import ApiConfig, ApiError, ApiServer, chat_completion
 from enginesim.runtime import Log
 
-TOOLS = [{"type": "function", "function": {
-    "name": "get_weather", "parameters": {"type": "object", "properties": {
-        "city": {"type": "string"}, "days": {"type": "integer"}, "unit": {"enum": ["c", "f"]}},
-        "required": ["city", "unit"]}}}]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "city": {"type": "string"},
+                    "days": {"type": "integer"},
+                    "unit": {"enum": ["c", "f"]},
+                },
+                "required": ["city", "unit"],
+            },
+        },
+    }
+]
 
 
 def cfg(**kw):
-    base = dict(engine="vllm", version="0.19.1", served_names=["kimi-k2-sim"], model_path="/m",
-                reasoning_parser="kimi_k2", tool_call_parser="kimi_k2", auto_tool_choice=True)
+    base = dict(
+        engine="vllm",
+        version="0.19.1",
+        served_names=["kimi-k2-sim"],
+        model_path="/m",
+        reasoning_parser="kimi_k2",
+        tool_call_parser="kimi_k2",
+        auto_tool_choice=True,
+    )
     base.update(kw)
     return ApiConfig(**base)
 
@@ -56,7 +75,9 @@ def test_auto_tool_choice_needs_the_flags_like_vllm():
         ask(cfg(auto_tool_choice=False), tools=TOOLS)
     assert err.value.status == 400 and "--enable-auto-tool-choice" in err.value.message
     # SGLang has no switch: the parser alone enables tool calls; without it tools are ignored
-    assert ask(cfg(engine="sglang", auto_tool_choice=False), tools=TOOLS)["choices"][0]["message"]["tool_calls"]
+    assert ask(cfg(engine="sglang", auto_tool_choice=False), tools=TOOLS)["choices"][0]["message"][
+        "tool_calls"
+    ]
     assert ask(cfg(engine="trtllm", tool_call_parser=None), tools=TOOLS)["choices"][0]["message"]["content"]
 
 
@@ -78,8 +99,12 @@ def test_http_server_health_models_and_stream():
         assert urllib.request.urlopen(base + "/health", timeout=5).status == 200
         models = json.load(urllib.request.urlopen(base + "/v1/models", timeout=5))
         assert [m["id"] for m in models["data"]] == ["kimi-k2-sim"]
-        req = urllib.request.Request(base + "/v1/chat/completions", data=json.dumps({
-            "model": "kimi-k2-sim", "stream": True, "messages": [{"role": "user", "content": "hi"}]}).encode())
+        req = urllib.request.Request(
+            base + "/v1/chat/completions",
+            data=json.dumps(
+                {"model": "kimi-k2-sim", "stream": True, "messages": [{"role": "user", "content": "hi"}]}
+            ).encode(),
+        )
         events = urllib.request.urlopen(req, timeout=5).read().decode().split("\n\n")
         assert events[-2] == "data: [DONE]"
         deltas = [json.loads(e[6:])["choices"][0]["delta"] for e in events if e.startswith("data: {")]

@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import pytest
-
 from enginesim import flagset
-from llmb.planner import plan_inventory
-
 from enginesim_helpers import REPO  # noqa: I001
+from llmb.planner import plan_inventory
 
 
 @pytest.fixture(autouse=True)
@@ -19,21 +17,43 @@ def _data(monkeypatch):
 
 def test_vllm_accepts_recipe_spellings():
     fs = flagset.load("vllm")
-    args, pos = flagset.parse(fs, ["/m", "-tp", "8", "-dcp=8", "--no-enable-prefix-caching", "--max_model_len", "2k",
-                                   "--served-model-name", "a", "b", "--trust-remote-code"])
+    args, pos = flagset.parse(
+        fs,
+        [
+            "/m",
+            "-tp",
+            "8",
+            "-dcp=8",
+            "--no-enable-prefix-caching",
+            "--max_model_len",
+            "2k",
+            "--served-model-name",
+            "a",
+            "b",
+            "--trust-remote-code",
+        ],
+    )
     assert pos == ["/m"]
-    assert args == {"--tensor-parallel-size": 8, "--decode-context-parallel-size": 8,
-                    "--enable-prefix-caching": False, "--max-model-len": "2k",
-                    "--served-model-name": ["a", "b"], "--trust-remote-code": True}
+    assert args == {
+        "--tensor-parallel-size": 8,
+        "--decode-context-parallel-size": 8,
+        "--enable-prefix-caching": False,
+        "--max-model-len": "2k",
+        "--served-model-name": ["a", "b"],
+        "--trust-remote-code": True,
+    }
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--disable-log-requests"], "unrecognized arguments: --disable-log-requests"),
-    (["--port"], "argument --port: expected one argument"),
-    (["--port", "http"], "argument --port: invalid int value: 'http'"),
-    (["--dtype", "fp4"], "argument --dtype: invalid choice: 'fp4'"),
-    (["--headless=yes"], "ignored explicit argument"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--disable-log-requests"], "unrecognized arguments: --disable-log-requests"),
+        (["--port"], "argument --port: expected one argument"),
+        (["--port", "http"], "argument --port: invalid int value: 'http'"),
+        (["--dtype", "fp4"], "argument --dtype: invalid choice: 'fp4'"),
+        (["--headless=yes"], "ignored explicit argument"),
+    ],
+)
 def test_vllm_refuses_like_argparse(argv, message):
     with pytest.raises(flagset.UsageError, match=message.replace("(", r"\(")):
         flagset.parse(flagset.load("vllm"), argv)
@@ -53,8 +73,9 @@ def test_vllm_ascend_extends_vllm():
     assert "--tensor-parallel-size" in fs["flags"] and fs["config_checks"]
 
 
-@pytest.mark.parametrize("name", ["h100", "h200", "h800", "h800-dp-ep", "a3", "mi300x", "h200-sglang",
-                                  "h200-trtllm", "sim"])
+@pytest.mark.parametrize(
+    "name", ["h100", "h200", "h800", "h800-dp-ep", "a3", "mi300x", "h200-sglang", "h200-trtllm", "sim"]
+)
 def test_every_planned_argv_parses_in_the_double(name):
     """Planner and double read the same data: whatever the planner emits, the stand-in accepts."""
     import sys
@@ -75,7 +96,7 @@ def test_every_planned_argv_parses_in_the_double(name):
             if svc["role"] in ("ray-head", "ray-worker"):
                 fs, rest = flagset.load("ray"), argv[2:]
             elif svc["kind"] == "mpirun":
-                fs, rest = flagset.load("trtllm"), argv[argv.index("trtllm-serve") + 2:]
+                fs, rest = flagset.load("trtllm"), argv[argv.index("trtllm-serve") + 2 :]
             elif engine == "sglang":
                 fs, rest = flagset.load("sglang"), argv[3:]
             else:

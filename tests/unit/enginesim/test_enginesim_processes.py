@@ -37,17 +37,33 @@ def model(tmp_path):
 def test_vllm_serves_the_openai_api(tmp_path, model):
     port = free_port()
     env = sim_env(tmp_path / "s")
-    argv = [*cli("vllm"), *SERVE, str(model), "--port", str(port), "-tp", "8", "--enable-auto-tool-choice",
-            "--tool-call-parser", "kimi_k2", "--reasoning-parser", "kimi_k2"]
+    argv = [
+        *cli("vllm"),
+        *SERVE,
+        str(model),
+        "--port",
+        str(port),
+        "-tp",
+        "8",
+        "--enable-auto-tool-choice",
+        "--tool-call-parser",
+        "kimi_k2",
+        "--reasoning-parser",
+        "kimi_k2",
+    ]
     with Proc(argv, env, tmp_path / "vllm.log") as proc:
         wait_healthy(port, proc)
         status, models = http(f"http://127.0.0.1:{port}/v1/models")
         assert status == 200 and models["data"][0]["id"] == "kimi-k2-sim"
-        status, resp = http(f"http://127.0.0.1:{port}/v1/chat/completions",
-                            {"model": "kimi-k2-sim", "messages": [{"role": "user", "content": "hello"}]})
+        status, resp = http(
+            f"http://127.0.0.1:{port}/v1/chat/completions",
+            {"model": "kimi-k2-sim", "messages": [{"role": "user", "content": "hello"}]},
+        )
         assert status == 200 and resp["choices"][0]["message"]["reasoning_content"]
-        status, resp = http(f"http://127.0.0.1:{port}/v1/chat/completions",
-                            {"model": "Kimi-K2-Thinking", "messages": [{"role": "user", "content": "hello"}]})
+        status, resp = http(
+            f"http://127.0.0.1:{port}/v1/chat/completions",
+            {"model": "Kimi-K2-Thinking", "messages": [{"role": "user", "content": "hello"}]},
+        )
         assert status == 404
         assert proc.stop() == 0
         log = proc.output()
@@ -62,9 +78,12 @@ def test_version_and_unknown_flag(tmp_path, model):
     assert "vllm: error: unrecognized arguments: --disable-log-requests" in proc.stderr
 
 
-@pytest.mark.parametrize("fault, needle", [
-    ("exit_at_start", "enginesim fault exit_at_start"),
-])
+@pytest.mark.parametrize(
+    "fault, needle",
+    [
+        ("exit_at_start", "enginesim fault exit_at_start"),
+    ],
+)
 def test_fault_exit_at_start_from_the_faults_file(tmp_path, model, fault, needle):
     env = sim_env(tmp_path / "s")
     (tmp_path / "s" / "faults").write_text(f"# injected by the test\n{fault}\n")
@@ -75,24 +94,47 @@ def test_fault_exit_at_start_from_the_faults_file(tmp_path, model, fault, needle
 def test_fault_never_healthy_and_no_reasoning(tmp_path, model):
     port = free_port()
     env = sim_env(tmp_path / "s", LLMB_ENGINESIM_FAULTS="never_healthy,no_reasoning")
-    with Proc([*cli("vllm"), *SERVE, str(model), "--port", str(port), "--reasoning-parser", "kimi_k2"], env,
-              tmp_path / "v.log") as proc:
+    with Proc(
+        [*cli("vllm"), *SERVE, str(model), "--port", str(port), "--reasoning-parser", "kimi_k2"],
+        env,
+        tmp_path / "v.log",
+    ) as proc:
         wait_port(port)
         assert http(f"http://127.0.0.1:{port}/health")[0] == 503
     env = sim_env(tmp_path / "s2", LLMB_ENGINESIM_FAULTS="no_reasoning")
-    with Proc([*cli("vllm"), *SERVE, str(model), "--port", str(port), "--reasoning-parser", "kimi_k2"], env,
-              tmp_path / "v2.log") as proc:
+    with Proc(
+        [*cli("vllm"), *SERVE, str(model), "--port", str(port), "--reasoning-parser", "kimi_k2"],
+        env,
+        tmp_path / "v2.log",
+    ) as proc:
         wait_healthy(port, proc)
-        _, resp = http(f"http://127.0.0.1:{port}/v1/chat/completions",
-                       {"model": "kimi-k2-sim", "messages": [{"role": "user", "content": "hi"}]})
+        _, resp = http(
+            f"http://127.0.0.1:{port}/v1/chat/completions",
+            {"model": "kimi-k2-sim", "messages": [{"role": "user", "content": "hi"}]},
+        )
         assert "reasoning_content" not in resp["choices"][0]["message"]
 
 
 def test_headless_rank_without_master_fails_clearly(tmp_path, model):
     env = sim_env(tmp_path / "s")
-    argv = [*cli("vllm"), *SERVE, str(model), "--headless", "--data-parallel-start-rank", "8",
-            "--data-parallel-size", "16", "--data-parallel-size-local", "8", "--data-parallel-address", "127.0.0.1",
-            "--data-parallel-rpc-port", str(free_port()), "-tp", "1"]
+    argv = [
+        *cli("vllm"),
+        *SERVE,
+        str(model),
+        "--headless",
+        "--data-parallel-start-rank",
+        "8",
+        "--data-parallel-size",
+        "16",
+        "--data-parallel-size-local",
+        "8",
+        "--data-parallel-address",
+        "127.0.0.1",
+        "--data-parallel-rpc-port",
+        str(free_port()),
+        "-tp",
+        "1",
+    ]
     proc = run(argv, env)
     assert proc.returncode == 1
     assert "could not connect to the data parallel master at tcp://127.0.0.1:" in proc.stderr
@@ -100,13 +142,40 @@ def test_headless_rank_without_master_fails_clearly(tmp_path, model):
 
 def test_dp_rank0_waits_for_headless_ranks(tmp_path, model):
     api, rpc = free_port(), free_port()
-    common = ["--data-parallel-size", "16", "--data-parallel-size-local", "8", "--data-parallel-address", "127.0.0.1",
-              "--data-parallel-rpc-port", str(rpc), "-tp", "1", "--enable-expert-parallel"]
-    with Proc([*cli("vllm"), *SERVE, str(model), "--port", str(api), *common], sim_env(tmp_path / "n1"),
-              tmp_path / "rank0.log") as rank0:
+    common = [
+        "--data-parallel-size",
+        "16",
+        "--data-parallel-size-local",
+        "8",
+        "--data-parallel-address",
+        "127.0.0.1",
+        "--data-parallel-rpc-port",
+        str(rpc),
+        "-tp",
+        "1",
+        "--enable-expert-parallel",
+    ]
+    with Proc(
+        [*cli("vllm"), *SERVE, str(model), "--port", str(api), *common],
+        sim_env(tmp_path / "n1"),
+        tmp_path / "rank0.log",
+    ) as rank0:
         wait_port(rpc)
-        with Proc([*cli("vllm"), *SERVE, str(model), "--port", str(api), "--headless", "--data-parallel-start-rank",
-                   "8", *common], sim_env(tmp_path / "n2"), tmp_path / "rank1.log") as rank1:
+        with Proc(
+            [
+                *cli("vllm"),
+                *SERVE,
+                str(model),
+                "--port",
+                str(api),
+                "--headless",
+                "--data-parallel-start-rank",
+                "8",
+                *common,
+            ],
+            sim_env(tmp_path / "n2"),
+            tmp_path / "rank1.log",
+        ) as rank1:
             wait_healthy(api, rank0)
             assert "All 16 data parallel engines connected" in rank0.output()
             rank0.stop()
@@ -117,13 +186,51 @@ def test_dp_rank0_waits_for_headless_ranks(tmp_path, model):
 def test_ray_cluster_then_vllm_tp8_pp2(tmp_path, model):
     ray_port, api = free_port(), free_port()
     n1, n2 = sim_env(tmp_path / "n1"), sim_env(tmp_path / "n2")
-    with Proc([*cli("ray"), "start", "--head", "--port", str(ray_port), "--node-ip-address", "127.0.0.1", "--block"],
-              n1, tmp_path / "head.log"):
+    with Proc(
+        [
+            *cli("ray"),
+            "start",
+            "--head",
+            "--port",
+            str(ray_port),
+            "--node-ip-address",
+            "127.0.0.1",
+            "--block",
+        ],
+        n1,
+        tmp_path / "head.log",
+    ):
         wait_port(ray_port)
-        with Proc([*cli("ray"), "start", "--address", f"127.0.0.1:{ray_port}", "--node-ip-address", "127.0.0.1",
-                   "--block"], n2, tmp_path / "worker.log") as worker:
-            with Proc([*cli("vllm"), *SERVE, str(model), "--port", str(api), "-tp", "8", "-pp", "2",
-                       "--distributed-executor-backend", "ray"], n1, tmp_path / "api.log") as vllm:
+        with Proc(
+            [
+                *cli("ray"),
+                "start",
+                "--address",
+                f"127.0.0.1:{ray_port}",
+                "--node-ip-address",
+                "127.0.0.1",
+                "--block",
+            ],
+            n2,
+            tmp_path / "worker.log",
+        ) as worker:
+            with Proc(
+                [
+                    *cli("vllm"),
+                    *SERVE,
+                    str(model),
+                    "--port",
+                    str(api),
+                    "-tp",
+                    "8",
+                    "-pp",
+                    "2",
+                    "--distributed-executor-backend",
+                    "ray",
+                ],
+                n1,
+                tmp_path / "api.log",
+            ) as vllm:
                 wait_healthy(api, vllm)
                 assert "2 node(s), 16 GPUs" in vllm.output()
             assert "Ray runtime started." in worker.output()
@@ -136,14 +243,36 @@ def test_ray_worker_without_head_and_vllm_without_enough_gpus(tmp_path, model):
     proc = run([*cli("ray"), "start", "--address", f"127.0.0.1:{free_port()}", "--block"], env)
     assert proc.returncode == 1 and "Unable to connect to GCS (ray head)" in proc.stderr
     proc = run([*cli("vllm"), *SERVE, str(model), "--port", str(free_port()), "-tp", "8", "-pp", "2"], env)
-    assert proc.returncode == 1 and "World size (16) is larger than the number of available GPUs (8)" in proc.stderr
+    assert (
+        proc.returncode == 1
+        and "World size (16) is larger than the number of available GPUs (8)" in proc.stderr
+    )
 
 
 def test_sglang_ranks(tmp_path, model):
     api, dist = free_port(), free_port()
-    base = [PYTHON, "-m", "sglang.launch_server", "--model-path", str(model), "--tp", "16", "--nnodes", "2",
-            "--dist-init-addr", f"127.0.0.1:{dist}", "--trust-remote-code", "--host", "127.0.0.1",
-            "--port", str(api), "--served-model-name", "kimi-k2-sim", "--tool-call-parser", "kimi_k2"]
+    base = [
+        PYTHON,
+        "-m",
+        "sglang.launch_server",
+        "--model-path",
+        str(model),
+        "--tp",
+        "16",
+        "--nnodes",
+        "2",
+        "--dist-init-addr",
+        f"127.0.0.1:{dist}",
+        "--trust-remote-code",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(api),
+        "--served-model-name",
+        "kimi-k2-sim",
+        "--tool-call-parser",
+        "kimi_k2",
+    ]
     pypath = {"PYTHONPATH": str(REPO / "tests" / "enginesim")}
     alone = run([*base, "--node-rank", "1"], sim_env(tmp_path / "x", **pypath))
     assert alone.returncode == 1 and "while trying to connect to (127.0.0.1," in alone.stderr
@@ -157,14 +286,26 @@ def test_trtllm_needs_the_model_type_patch(tmp_path, model):
     env = sim_env(tmp_path / "s")
     extra = tmp_path / "extra.yml"
     extra.write_text("print_iter_log: true\n")
-    argv = [*cli("trtllm-serve"), "serve", "--tp_size", "8", "--trust_remote_code", "--host", "127.0.0.1",
-            "--extra_llm_api_options", str(extra)]
+    argv = [
+        *cli("trtllm-serve"),
+        "serve",
+        "--tp_size",
+        "8",
+        "--trust_remote_code",
+        "--host",
+        "127.0.0.1",
+        "--extra_llm_api_options",
+        str(extra),
+    ]
     bad = run([*argv, "--port", str(free_port()), str(model)], env)
     assert bad.returncode == 1 and "model type `kimi_k2`" in bad.stderr
     patched = make_model(tmp_path / "patched", model_type="deepseek_v3")
     port = free_port()
-    with Proc([*cli("trtllm-llmapi-launch"), *cli("trtllm-serve"), *argv[2:], "--port", str(port), str(patched)],
-              env, tmp_path / "t.log") as proc:
+    with Proc(
+        [*cli("trtllm-llmapi-launch"), *cli("trtllm-serve"), *argv[2:], "--port", str(port), str(patched)],
+        env,
+        tmp_path / "t.log",
+    ) as proc:
         wait_healthy(port, proc)
     click = run([*cli("trtllm-serve"), "serve", "--tp-size", "8", str(patched)], env)
     assert click.returncode == 2 and "Error: No such option: --tp-size" in click.stderr
@@ -173,10 +314,14 @@ def test_trtllm_needs_the_model_type_patch(tmp_path, model):
 def test_vllm_ascend_needs_the_quantization_targets_patch(tmp_path, model):
     env = sim_env(tmp_path / "s", LLMB_ENGINESIM_ENGINE="vllm-ascend", LLMB_ENGINESIM_DEVICES=16)
     bad = run([*cli("vllm"), *SERVE, str(model), "--port", str(free_port()), "-tp", "16"], env)
-    assert bad.returncode == 1 and 'quantization_config.config_groups.group_0.targets = ["Linear"]' in bad.stderr
+    assert (
+        bad.returncode == 1 and 'quantization_config.config_groups.group_0.targets = ["Linear"]' in bad.stderr
+    )
     good = make_model(tmp_path / "moe", quantization_config__config_groups__group_0__targets=["MoE"])
     port = free_port()
-    with Proc([*cli("vllm"), *SERVE, str(good), "--port", str(port), "-tp", "16"], env, tmp_path / "a.log") as proc:
+    with Proc(
+        [*cli("vllm"), *SERVE, str(good), "--port", str(port), "-tp", "16"], env, tmp_path / "a.log"
+    ) as proc:
         wait_healthy(port, proc)
 
 
@@ -201,20 +346,33 @@ def test_install_into_a_venv(tmp_path, model):
 
 def test_the_sim_inventory_plan_runs_on_the_double(tmp_path, model):
     """scripts/launch-plan's plan for inventories/sim, with hosts and paths mapped to localhost."""
-    out = subprocess.run([sys.executable, str(REPO / "scripts" / "launch-plan"), "-i", "inventories/sim",
-                          "--format", "json"], capture_output=True, text=True, cwd=REPO, timeout=120)
+    out = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "launch-plan"), "-i", "inventories/sim", "--format", "json"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     plan = json.loads(out.stdout)
     ray_port, api_port = free_port(), free_port()
-    mapping = {"172.30.0.11": "127.0.0.1", "172.30.0.12": "127.0.0.1", "6379": str(ray_port),
-               "8000": str(api_port), "/opt/llmb/models/kimi-k2-sim": str(model)}
+    mapping = {
+        "172.30.0.11": "127.0.0.1",
+        "172.30.0.12": "127.0.0.1",
+        "6379": str(ray_port),
+        "8000": str(api_port),
+        "/opt/llmb/models/kimi-k2-sim": str(model),
+    }
+
+    def local(tok):
+        for old, new in mapping.items():
+            tok = (
+                tok.replace(old, new) if tok == old or tok.startswith(old + ":") or ":" + old in tok else tok
+            )
+        return tok
 
     def localize(argv):
-        out = []
-        for tok in argv:
-            for old, new in mapping.items():
-                tok = tok.replace(old, new) if tok == old or tok.startswith(old + ":") or ":" + old in tok else tok
-            out.append(tok)
+        out = [local(tok) for tok in argv]
         exe = out[0].rsplit("/", 1)[-1]
         return [*cli(exe), *out[1:]]
 
@@ -222,13 +380,17 @@ def test_the_sim_inventory_plan_runs_on_the_double(tmp_path, model):
     try:
         for hp in plan:
             for svc in sorted(hp["services"], key=lambda s: s["order"]):
-                env = sim_env(tmp_path / hp["host"], **svc["env"])
-                procs.append((svc, Proc(localize(svc["argv"]), env, tmp_path / f"{hp['host']}-{svc['name']}.log")))
+                env = sim_env(tmp_path / hp["host"], **{k: local(v) for k, v in svc["env"].items()})
+                procs.append(
+                    (svc, Proc(localize(svc["argv"]), env, tmp_path / f"{hp['host']}-{svc['name']}.log"))
+                )
         procs.sort(key=lambda item: item[0]["order"])
         api = [p for s, p in procs if s.get("health")][0]
         wait_healthy(api_port, api)
-        status, resp = http(f"http://127.0.0.1:{api_port}/v1/chat/completions",
-                            {"model": "kimi-k2-sim", "messages": [{"role": "user", "content": "ping"}]})
+        status, resp = http(
+            f"http://127.0.0.1:{api_port}/v1/chat/completions",
+            {"model": "kimi-k2-sim", "messages": [{"role": "user", "content": "ping"}]},
+        )
         assert status == 200 and resp["choices"][0]["message"]["reasoning_content"]
     finally:
         for _, p in reversed(procs):

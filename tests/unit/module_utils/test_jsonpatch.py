@@ -6,7 +6,6 @@ import json
 import os
 
 import pytest
-
 from llmb import jsonpatch
 from llmb.jsonpatch import JsonPatchError, get_at, parse_path, patch_file, plan
 
@@ -216,3 +215,10 @@ def test_crash_during_write_leaves_old_file(tmp_path, monkeypatch):
 def test_detect_style_round_trip(text, style):
     assert jsonpatch.detect_style(text) == style
     assert jsonpatch.dumps(json.loads(text), style) == text
+
+
+def test_orig_keeps_mtime_of_the_original(tmp_path):
+    p = write(tmp_path)
+    os.utime(p, ns=(1_700_000_000_000_000_000, 1_700_000_000_123_456_789))
+    patch_file(str(p), [TRTLLM])
+    assert os.stat(tmp_path / "config.json.orig").st_mtime_ns == 1_700_000_000_123_456_789

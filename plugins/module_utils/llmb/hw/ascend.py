@@ -158,9 +158,9 @@ def parse_hccn(text: str, device: int | None = None) -> dict:
         if m:
             rec()["net_health"] = m.group(1).strip()
             continue
-        m = re.match(r"^(ipaddr|netmask):\s*(\S+)$", s)
+        m = re.match(r"^(ipaddr|netmask):\s*(\S*)$", s)
         if m:
-            rec()[m.group(1)] = m.group(2)
+            rec()[m.group(1)] = m.group(2) or None  # 'ipaddr:' alone: no address configured
             continue
         m = re.match(r"^(.+?) TLV$", s)
         if m:

@@ -31,7 +31,9 @@ class Context:
 
     @property
     def served_name(self) -> str:
-        return str(self.v.get("llmb_served_model_name") or self.model.get("served_model_name") or self.model_name)
+        return str(
+            self.v.get("llmb_served_model_name") or self.model.get("served_model_name") or self.model_name
+        )
 
     @property
     def engine_family(self) -> str:

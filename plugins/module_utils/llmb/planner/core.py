@@ -39,8 +39,9 @@ def check(hostvars: Any, groups: dict[str, Any], data_dir: str | None = None) ->
     return []
 
 
-def plan_inventory(hostvars: Any, groups: dict[str, Any], data_dir: str | None = None,
-                   source: str = "inventory") -> Planned:
+def plan_inventory(
+    hostvars: Any, groups: dict[str, Any], data_dir: str | None = None, source: str = "inventory"
+) -> Planned:
     data = DataDir(data_dir)
     dep, problems = read_deployment(hostvars, groups)
     if dep is None or problems:
@@ -60,8 +61,13 @@ def plan_inventory(hostvars: Any, groups: dict[str, Any], data_dir: str | None =
     problems += check_model(ctx, ea.values)
     problems += check_fit(ctx, topo, ea.values)
     if ctx.v["llmb_install"] == "container" and not common.default_image(ctx):
-        problems.append(Problem("install", f"no default image for {ctx.engine} on {ctx.platform.vendor}",
-                                fix="set llmb_container_image"))
+        problems.append(
+            Problem(
+                "install",
+                f"no default image for {ctx.engine} on {ctx.platform.vendor}",
+                fix="set llmb_container_image",
+            )
+        )
     hosts = planner.services(ctx, topo, ea)
     problems += check_ports(ctx, hosts)
     if problems:

@@ -37,19 +37,36 @@ KNOBS: tuple[Knob, ...] = (
     Knob("llmb_platform", "str", None, "platform profile, data/platforms/<name>.yml", required=True),
     Knob("llmb_model", "str", None, "model profile, data/models/<name>.yml", required=True),
     Knob("llmb_engine", "str", None, "inference engine", choices=ENGINES, required=True),
-    Knob("llmb_engine_version", "str", None, "pinned engine release; data/engines/<engine>-<version>.yml "
-         "must exist (default: the only pinned version of the engine)"),
-    Knob("llmb_install", "str", "host", "host: uv venv + systemd units; container: image + docker",
-         choices=("host", "container")),
+    Knob(
+        "llmb_engine_version",
+        "str",
+        None,
+        "pinned engine release; data/engines/<engine>-<version>.yml "
+        "must exist (default: the only pinned version of the engine)",
+    ),
+    Knob(
+        "llmb_install",
+        "str",
+        "host",
+        "host: uv venv + systemd units; container: image + docker",
+        choices=("host", "container"),
+    ),
     Knob("llmb_model_dir", "str", None, "weights directory on every node", required=True),
     Knob("llmb_cluster_iface", "str", None, "NIC for NCCL/GLOO/HCCL/VLLM_HOST_IP; required with 2+ nodes"),
-    Knob("llmb_head", "str", None, "host that is Ray head / DP rank 0 / node rank 0 / mpirun launcher "
-         "(default: first host of accel_nodes)"),
+    Knob(
+        "llmb_head",
+        "str",
+        None,
+        "host that is Ray head / DP rank 0 / node rank 0 / mpirun launcher "
+        "(default: first host of accel_nodes)",
+    ),
     Knob("llmb_node_ip", "str", None, "this node's cluster address (default: ansible_host)", per_host=True),
     # parallelism -----------------------------------------------------------------------
     Knob("llmb_tensor_parallel", "int", None, "TP size (default: devices per node)", nullable=True),
     Knob("llmb_pipeline_parallel", "int", 1, "PP size; TP x PP larger than one node runs over Ray (vLLM)"),
-    Knob("llmb_data_parallel", "int", 1, "DP size; >1 on several nodes runs rank 0 + --headless ranks (vLLM)"),
+    Knob(
+        "llmb_data_parallel", "int", 1, "DP size; >1 on several nodes runs rank 0 + --headless ranks (vLLM)"
+    ),
     Knob("llmb_data_parallel_local", "int", None, "DP ranks per node (default: DP / number of nodes)"),
     Knob("llmb_decode_context_parallel", "int", 1, "DCP size (vLLM -dcp); must divide TP"),
     Knob("llmb_expert_parallel", "bool", False, "vLLM --enable-expert-parallel"),
@@ -64,25 +81,51 @@ KNOBS: tuple[Knob, ...] = (
     Knob("llmb_sshd_port", "int", 2233, "sshd inside the engine container for mpirun (TRT-LLM)"),
     # model serving ---------------------------------------------------------------------
     Knob("llmb_served_model_name", "str", None, "name clients send as 'model' (default: model profile's)"),
-    Knob("llmb_preset", "str", None, "tuning preset, data/presets/<name>.yml "
-         "(long-context | low-latency | high-throughput | none)"),
+    Knob(
+        "llmb_preset",
+        "str",
+        None,
+        "tuning preset, data/presets/<name>.yml (long-context | low-latency | high-throughput | none)",
+    ),
     Knob("llmb_engine_args", "dict", {}, "engine flags as name: value (true = switch on, false = --no-...)"),
     Knob("llmb_engine_extra_args", "list", [], "engine flags as raw argv tokens, appended last"),
     Knob("llmb_engine_flags_unchecked", "list", [], "flags the pinned flag set lacks but the release has"),
     Knob("llmb_engine_env", "dict", {}, "extra environment (null value removes a default)"),
-    Knob("llmb_engine_venv", "str", None, "host install: engine venv (default /opt/llmb/venvs/<engine>-<version>)"),
+    Knob(
+        "llmb_engine_venv",
+        "str",
+        None,
+        "host install: engine venv (default /opt/llmb/venvs/<engine>-<version>)",
+    ),
     # containers ------------------------------------------------------------------------
-    Knob("llmb_container_image", "str", None, "container install: image (default from the flag set's images)"),
+    Knob(
+        "llmb_container_image", "str", None, "container install: image (default from the flag set's images)"
+    ),
     Knob("llmb_container_name", "str", None, "container name (default llmb-<engine>)"),
-    Knob("llmb_container_model_dir", "str", None, "weights path inside the container "
-         "(default: derived from llmb_container_mounts, else llmb_model_dir mounted at the same path)"),
+    Knob(
+        "llmb_container_model_dir",
+        "str",
+        None,
+        "weights path inside the container "
+        "(default: derived from llmb_container_mounts, else llmb_model_dir mounted at the same path)",
+    ),
     Knob("llmb_container_mounts", "list", [], "extra mounts, docker -v syntax 'src:dst[:ro]'"),
     Knob("llmb_container_devices", "list", [], "extra devices, docker --device syntax"),
-    Knob("llmb_container_options", "dict", {}, "docker options over the platform defaults: network, ipc, "
-         "shm_size, privileged, cap_add, security_opt, group_add, ulimits, gpus, workdir, entrypoint, "
-         "restart_policy"),
+    Knob(
+        "llmb_container_options",
+        "dict",
+        {},
+        "docker options over the platform defaults: network, ipc, "
+        "shm_size, privileged, cap_add, security_opt, group_add, ulimits, gpus, workdir, entrypoint, "
+        "restart",
+    ),
     Knob("llmb_config_dir", "str", "/etc/llmb", "host directory for generated engine config files"),
-    Knob("llmb_trtllm_extra_llm_api_options", "dict", None, "TRT-LLM extra LLM API options (default: seed 004's)"),
+    Knob(
+        "llmb_trtllm_extra_llm_api_options",
+        "dict",
+        None,
+        "TRT-LLM extra LLM API options (default: seed 004's)",
+    ),
     # health ----------------------------------------------------------------------------
     Knob("llmb_health_timeout_s", "int", 1800, "how long the API may take to become healthy (model load)"),
     Knob("llmb_ready_timeout_s", "int", 300, "how long a Ray head / DP master / sshd may take to listen"),
@@ -182,7 +225,9 @@ def read_deployment(hostvars: Any, groups: dict[str, Any]) -> tuple[Deployment |
         return None, problems
     if len(set(names)) != len(names):
         dup = sorted({n for n in names if names.count(n) > 1})
-        problems.append(Problem("hosts", f"hosts listed twice in {GROUP}", found=dup, fix="list each node once"))
+        problems.append(
+            Problem("hosts", f"hosts listed twice in {GROUP}", found=dup, fix="list each node once")
+        )
 
     first_hv = hostvars[names[0]]
     head_name = first_hv.get("llmb_head") if first_hv is not None else None
@@ -285,8 +330,14 @@ def read_deployment(hostvars: Any, groups: dict[str, Any]) -> tuple[Deployment |
 
 
 def _article(kind: str) -> str:
-    return {"str": "a string", "int": "an integer", "float": "a number", "bool": "true or false",
-            "list": "a list", "dict": "a mapping"}[kind]
+    return {
+        "str": "a string",
+        "int": "an integer",
+        "float": "a number",
+        "bool": "true or false",
+        "list": "a list",
+        "dict": "a mapping",
+    }[kind]
 
 
 def _expected(knob: Knob) -> str:

@@ -76,6 +76,7 @@ class Service:
     ports: list[dict[str, Any]] = field(default_factory=list)
     container: dict[str, Any] | None = None
     exec_in: str | None = None
+    stop_argv: list[str] | None = None
     depends_on: list[str] = field(default_factory=list)
     ready: dict[str, Any] | None = None
     health: dict[str, Any] | None = None
@@ -97,6 +98,7 @@ class Service:
             "ports": [dict(p) for p in self.ports],
             "container": dict(self.container) if self.container is not None else None,
             "exec_in": self.exec_in,
+            "stop_argv": list(self.stop_argv) if self.stop_argv is not None else None,
             "depends_on": list(self.depends_on),
             "ready": dict(self.ready) if self.ready is not None else None,
             "health": dict(self.health) if self.health is not None else None,

@@ -56,7 +56,9 @@ class Topology:
 def _positive(ctx: Context, key: str, value: Any, problems: list[Problem]) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         problems.append(
-            Problem("parallelism", f"{key} must be a positive integer", found=value, fix=f"set {key} to 1 or more")
+            Problem(
+                "parallelism", f"{key} must be a positive integer", found=value, fix=f"set {key} to 1 or more"
+            )
         )
         return 1
     return value
@@ -348,7 +350,9 @@ def per_device_weight_bytes(ctx: Context, topo: Topology) -> tuple[float, int, s
 def check_fit(ctx: Context, topo: Topology, engine_args: dict[str, Any]) -> list[Problem]:
     total = ctx.model.get("total_size_bytes")
     if not total:
-        ctx.notes.append(f"model {ctx.model_name}: no total_size_bytes in the profile; memory fit not checked")
+        ctx.notes.append(
+            f"model {ctx.model_name}: no total_size_bytes in the profile; memory fit not checked"
+        )
         return []
     flag, default = MEMORY_FRACTION[ctx.engine]
     frac = float(engine_args.get(flag, default)) if flag else default
@@ -420,8 +424,11 @@ def check_model(ctx: Context, engine_args: dict[str, Any]) -> list[Problem]:
                     fix=f"add the patch under config_patches.{ctx.engine} in data/models/{ctx.model_name}.yml",
                 )
             )
-    for flag, kind in (("--tool-call-parser", "tool_call"), ("--reasoning-parser", "reasoning"),
-                       ("--reasoning_parser", "reasoning")):
+    for flag, kind in (
+        ("--tool-call-parser", "tool_call"),
+        ("--reasoning-parser", "reasoning"),
+        ("--reasoning_parser", "reasoning"),
+    ):
         value = engine_args.get(flag)
         known = fs.parsers.get(kind)
         if value is not None and known is not None and value not in known:
@@ -443,7 +450,9 @@ def model_patches(ctx: Context) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for key in (ctx.engine, ctx.platform.name):
         for patch in table.get(key) or []:
-            out.append({"path": patch["path"], "value": patch["value"], "expect": patch.get("expect"), "key": key})
+            out.append(
+                {"path": patch["path"], "value": patch["value"], "expect": patch.get("expect"), "key": key}
+            )
     return out
 
 
@@ -457,8 +466,14 @@ def check_ports(ctx: Context, plans: list[HostPlan]) -> list[Problem]:
                 what = f"{svc.name} {entry['purpose']}"
                 if not isinstance(port, int) or not 1 <= port <= 65535:
                     problems.append(
-                        Problem("ports", f"port of {what} is out of range", found=port, expected="1-65535",
-                                fix="choose a port between 1024 and 65535", host=hp.host)
+                        Problem(
+                            "ports",
+                            f"port of {what} is out of range",
+                            found=port,
+                            expected="1-65535",
+                            fix="choose a port between 1024 and 65535",
+                            host=hp.host,
+                        )
                     )
                     continue
                 if port in seen:
@@ -478,6 +493,12 @@ def check_ports(ctx: Context, plans: list[HostPlan]) -> list[Problem]:
 
 
 def _port_knobs(ctx: Context) -> str:
-    keys = ["llmb_api_port", "llmb_ray_port", "llmb_ray_dashboard_port", "llmb_dp_rpc_port",
-            "llmb_sglang_dist_port", "llmb_sshd_port"]
+    keys = [
+        "llmb_api_port",
+        "llmb_ray_port",
+        "llmb_ray_dashboard_port",
+        "llmb_dp_rpc_port",
+        "llmb_sglang_dist_port",
+        "llmb_sshd_port",
+    ]
     return ", ".join(f"{k}={ctx.v[k]}" for k in keys)

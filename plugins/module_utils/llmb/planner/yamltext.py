@@ -33,7 +33,9 @@ def dump(data: Any, indent: int = 0) -> str:
                 lines.append(f"{pad}{_scalar(key)}:")
                 lines.append(dump(value, indent + 2).rstrip("\n"))
             else:
-                empty = "{}" if isinstance(value, dict) else "[]" if isinstance(value, list) else _scalar(value)
+                empty = (
+                    "{}" if isinstance(value, dict) else "[]" if isinstance(value, list) else _scalar(value)
+                )
                 lines.append(f"{pad}{_scalar(key)}: {empty}")
     elif isinstance(data, list):
         for item in data:

@@ -326,20 +326,20 @@ def _run_locked(p: FetchParams, m: dict, result: dict, check: bool, t0: float) -
         result["changed"] = True
         result["fetched"] = need
         result["fetched_bytes"] = needed
-        # verify what arrived (a peer copy was hashed on arrival; the hub's is hashed here)
-        after = vf.verify_dir(dest, m, v["record"], workers=p.verify_workers, trust_record=p.source == "peer",
-                              only=need)
         if p.source == "peer":
+            # hashed on arrival against the manifest: record those digests, no second read
+            new_record = vf.record_add(v["record"], m, dest, out["digests"])
+        else:
             after = vf.verify_dir(dest, m, v["record"], workers=p.verify_workers, only=need)
-        if after["bad"] or after["missing"]:
-            msg = (f"{host()}: verify: after fetching from {result['source']}, "
-                   f"{len(after['bad'])} file(s) corrupt and {len(after['missing'])} missing under {dest}: "
-                   + "; ".join(f"{b['path']} expected {b['expected']}, found {b['found']}" for b in after["bad"][:3])
-                   + (f" missing {', '.join(after['missing'][:5])}" if after["missing"] else "")
-                   + "; run again (only these files are fetched again)")
-            _failed_record(dest, m, msg)
-            raise FetchError(msg, check="verify", bad=after["bad"], missing=after["missing"])
-        new_record = after["record"]
+            if after["bad"] or after["missing"]:
+                msg = (f"{host()}: verify: after fetching from {result['source']}, "
+                       f"{len(after['bad'])} file(s) corrupt and {len(after['missing'])} missing under {dest}: "
+                       + "; ".join(f"{b['path']} expected {b['expected']}, found {b['found']}" for b in after["bad"][:3])
+                       + (f" missing {', '.join(after['missing'][:5])}" if after["missing"] else "")
+                       + "; run again (only these files are fetched again)")
+                _failed_record(dest, m, msg)
+                raise FetchError(msg, check="verify", bad=after["bad"], missing=after["missing"])
+            new_record = after["record"]
     else:
         new_record = v["record"]
     _index_check(dest, m)

@@ -118,7 +118,10 @@ def _pull(base_url: str, entry: dict, dest: str, timeout: float) -> dict:
     final = os.path.join(dest, rel)
     os.makedirs(os.path.dirname(final), exist_ok=True)
     os.replace(tmp, final)
-    return {"path": rel, "bytes": got, "from": used}
+    digest = {"sha256": sha.hexdigest()}
+    if git is not None:
+        digest["git_oid"] = git.hexdigest()
+    return {"path": rel, "bytes": got, "from": used, "digest": digest}
 
 
 def _unlink(path: str) -> None:
@@ -141,4 +144,4 @@ def fetch(base_url: str, entries: list[dict], dest: str, workers: int = 8, timeo
     finally:
         shutil.rmtree(partial_dir, ignore_errors=True)
     return {"files": sorted(d["path"] for d in done), "bytes": sum(d["bytes"] for d in done),
-            "seconds": round(time.monotonic() - t0, 3)}
+            "digests": {d["path"]: d["digest"] for d in done}, "seconds": round(time.monotonic() - t0, 3)}

@@ -131,7 +131,8 @@ def verify_dir(dest: str, manifest: dict, record: dict | None = None, workers: i
                         "file": used})
             continue
         prev = old_files.get(rel)
-        if (trust_record and prev and prev.get("file", rel) == used and prev.get("size") == st.st_size
+        # a .orig made by json_patch keeps the original's size and mtime, so it matches its entry too
+        if (trust_record and prev and prev.get("size") == st.st_size
                 and prev.get("mtime_ns") == st.st_mtime_ns and matches(entry, prev)):
             trusted.append(rel)
             ok.append(rel)
@@ -174,17 +175,8 @@ def verify_dir(dest: str, manifest: dict, record: dict | None = None, workers: i
     for rel, prev in old_files.items():
         if rel not in looked and rel not in new_files:
             new_files[rel] = prev
-    names = {f["path"] for f in manifest["files"]}
-    complete = all(rel in new_files for rel in names) and not bad and not missing
-    new_record = {
-        "format": RECORD_FORMAT,
-        "repo_id": manifest["repo_id"],
-        "commit": commit,
-        "manifest_digest": manifest.get("digest"),
-        "status": "complete" if complete else "incomplete",
-        "files": {k: new_files[k] for k in sorted(new_files) if k in names},
-        "total_size": manifest.get("total_size"),
-    }
+    new_record = make_record(manifest, new_files)
+    complete = new_record["status"] == "complete" and not bad and not missing
     return {
         "complete": complete,
         "ok": sorted(ok),
@@ -196,6 +188,37 @@ def verify_dir(dest: str, manifest: dict, record: dict | None = None, workers: i
         "record": new_record,
         "seconds": round(time.monotonic() - t0, 3),
     }
+
+
+def make_record(manifest: dict, files: dict[str, dict]) -> dict:
+    names = {f["path"] for f in manifest["files"]}
+    complete = all(rel in files for rel in names)
+    return {
+        "format": RECORD_FORMAT,
+        "repo_id": manifest["repo_id"],
+        "commit": manifest["commit"],
+        "manifest_digest": manifest.get("digest"),
+        "status": "complete" if complete else "incomplete",
+        "files": {k: files[k] for k in sorted(files) if k in names},
+        "total_size": manifest.get("total_size"),
+    }
+
+
+def record_add(record: dict, manifest: dict, dest: str, digests: dict[str, dict], now=time.time) -> dict:
+    """``record`` plus entries for files whose digests were computed elsewhere (on arrival)."""
+    files = dict(record.get("files") or {})
+    stamp = round(now(), 3)
+    by_path = {f["path"]: f for f in manifest["files"]}
+    for rel, d in digests.items():
+        if not matches(by_path[rel], d):
+            raise ValueError(f"{rel}: digest does not match the manifest")
+        st = os.stat(os.path.join(dest, rel))
+        entry = {"file": rel, "size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": d["sha256"],
+                 "verified_at": stamp}
+        if d.get("git_oid"):
+            entry["git_oid"] = d["git_oid"]
+        files[rel] = entry
+    return make_record(manifest, files)
 
 
 def record_differs(old: dict | None, new: dict) -> bool:

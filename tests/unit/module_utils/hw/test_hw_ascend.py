@@ -93,6 +93,8 @@ def test_hccn_lldp_elided():
 
 def test_hccn_link_down_and_damage():
     assert parse("link status: DOWN\n", "hccn-tool", device=5)["devices"] == [{"device": 5, "link": "DOWN"}]
+    no_ip = parse("ipaddr:\nnetmask:\n", "hccn-tool", device=5)["devices"][0]
+    assert no_ip == {"device": 5, "ipaddr": None, "netmask": None}
     with pytest.raises(ParseError, match="unexpected line 'Get ip address failed'"):
         parse("Get ip address failed\n", "hccn-tool")
     with pytest.raises(ParseError, match="no hccn_tool result line"):

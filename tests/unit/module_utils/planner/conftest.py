@@ -29,5 +29,3 @@ def planned():
         return plan_inventory(hv, groups, str(REPO / "data"))
 
     return _plan
-
-

@@ -16,7 +16,9 @@ INVENTORIES = REPO / "inventories"
 
 
 def _load_script():
-    loader = importlib.machinery.SourceFileLoader("llmb_launch_plan_script", str(REPO / "scripts" / "launch-plan"))
+    loader = importlib.machinery.SourceFileLoader(
+        "llmb_launch_plan_script", str(REPO / "scripts" / "launch-plan")
+    )
     spec = importlib.util.spec_from_loader(loader.name, loader)
     module = importlib.util.module_from_spec(spec)
     loader.exec_module(module)
@@ -111,8 +113,10 @@ def service(host_plan: dict, name: str | None = None, role: str | None = None) -
     for svc in host_plan["services"]:
         if (name is None or svc["name"] == name) and (role is None or svc["role"] == role):
             return svc
-    raise AssertionError(f"no service name={name} role={role} on {host_plan['host']}: "
-                         f"{[(s['name'], s['role']) for s in host_plan['services']]}")
+    raise AssertionError(
+        f"no service name={name} role={role} on {host_plan['host']}: "
+        f"{[(s['name'], s['role']) for s in host_plan['services']]}"
+    )
 
 
 def parse_docker_run(command: str, subst: dict[str, str]) -> list[tuple]:
@@ -121,8 +125,24 @@ def parse_docker_run(command: str, subst: dict[str, str]) -> list[tuple]:
     assert tokens[:2] == ["docker", "run"], tokens[:2]
     items: list[tuple] = []
     i = 2
-    with_value = {"--ipc", "--network", "--net", "--cap-add", "--device", "--group-add", "--security-opt",
-                  "-v", "-e", "-p", "--name", "--shm-size", "--entrypoint", "--gpus", "--ulimit", "-w"}
+    with_value = {
+        "--ipc",
+        "--network",
+        "--net",
+        "--cap-add",
+        "--device",
+        "--group-add",
+        "--security-opt",
+        "-v",
+        "-e",
+        "-p",
+        "--name",
+        "--shm-size",
+        "--entrypoint",
+        "--gpus",
+        "--ulimit",
+        "-w",
+    }
     while i < len(tokens):
         tok = tokens[i]
         if not tok.startswith("-"):
@@ -183,15 +203,21 @@ def assert_container_matches(svc: dict, items: list[tuple], image_repo: str | No
         if kind == "interactive":
             continue  # -d/-it/--rm: supervised containers run detached with a restart policy
         if kind == "container":
-            assert opts.get(item[1]) == item[2], f"container {item[1]}: want {item[2]!r}, plan {opts.get(item[1])!r}"
+            assert opts.get(item[1]) == item[2], (
+                f"container {item[1]}: want {item[2]!r}, plan {opts.get(item[1])!r}"
+            )
         elif kind == "container_list":
-            assert item[2] in (opts.get(item[1]) or []), f"container {item[1]} lacks {item[2]!r}: {opts.get(item[1])}"
+            assert item[2] in (opts.get(item[1]) or []), (
+                f"container {item[1]} lacks {item[2]!r}: {opts.get(item[1])}"
+            )
         elif kind == "device":
             assert item[1] in svc["devices"], f"device {item[1]} missing: {svc['devices']}"
         elif kind == "mount":
             assert item[1] in svc["mounts"], f"mount {item[1]} missing: {svc['mounts']}"
         elif kind == "env":
-            assert svc["env"].get(item[1]) == item[2], f"env {item[1]}: want {item[2]!r}, plan {svc['env'].get(item[1])!r}"
+            assert svc["env"].get(item[1]) == item[2], (
+                f"env {item[1]}: want {item[2]!r}, plan {svc['env'].get(item[1])!r}"
+            )
         elif kind == "port":
             assert item[1] in [p["port"] for p in svc["ports"]], f"port {item[1]} missing: {svc['ports']}"
         elif kind == "image":

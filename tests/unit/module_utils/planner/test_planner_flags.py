@@ -47,17 +47,36 @@ def test_rename_translates_the_recipe_flag(vllm):
 
 def test_short_form_of_a_planner_owned_flag_is_refused(vllm):
     ea = EngineArgs(vllm)
-    ea.apply_argv(["-dcp", "8"], "llmb_engine_extra_args", {"--decode-context-parallel-size": "llmb_decode_context_parallel"})
+    ea.apply_argv(
+        ["-dcp", "8"],
+        "llmb_engine_extra_args",
+        {"--decode-context-parallel-size": "llmb_decode_context_parallel"},
+    )
     (problem,) = ea.problems
     assert problem.check == "engine-flag-owned" and "llmb_decode_context_parallel" in problem.fix
 
 
 def test_mapping_form_and_booleans(vllm):
     ea = EngineArgs(vllm)
-    ea.apply_mapping({"enable-prefix-caching": False, "trust-remote-code": True, "allowed-origins": ["a", "b"],
-                      "compilation-config": {"level": 3}}, "inv", {})
-    assert ea.argv() == ["--no-enable-prefix-caching", "--trust-remote-code", "--allowed-origins", "a", "b",
-                         "--compilation-config", '{"level":3}']
+    ea.apply_mapping(
+        {
+            "enable-prefix-caching": False,
+            "trust-remote-code": True,
+            "allowed-origins": ["a", "b"],
+            "compilation-config": {"level": 3},
+        },
+        "inv",
+        {},
+    )
+    assert ea.argv() == [
+        "--no-enable-prefix-caching",
+        "--trust-remote-code",
+        "--allowed-origins",
+        "a",
+        "b",
+        "--compilation-config",
+        '{"level":3}',
+    ]
 
 
 def test_switch_with_a_value_is_refused(vllm):

@@ -55,8 +55,12 @@ def test_h100_long_context_seed_000(planned, data):
     assert svc["argv"][:3] == ["/opt/llmb/venvs/vllm-0.19.1/bin/vllm", "serve", model]
     assert_serve_flags(fs, svc["argv"], recipe_tokens(SEED_000_SETTINGS, {"MODEL": model}), 2, model)
     assert svc["kind"] == "systemd" and svc["health"]["port"] == 8000
-    assert svc["api"] == {"base_url": "http://10.0.0.11:8000/v1", "served_model_name": "kimi-k2-thinking",
-                          "reasoning": True, "tool_calls": True}
+    assert svc["api"] == {
+        "base_url": "http://10.0.0.11:8000/v1",
+        "served_model_name": "kimi-k2-thinking",
+        "reasoning": True,
+        "tool_calls": True,
+    }
 
 
 # ---------------------------------------------------------------------------- seed 003
@@ -77,7 +81,9 @@ def test_h200_tp8_dcp8_seed_003(planned, data):
     tokens = recipe_tokens(SEED_003_TP8_DCP8, {"moonshotai/Kimi-K2-Thinking": model})
     assert_serve_flags(fs, svc["argv"], tokens, 2, model)
     # the recipe serves under the hub id (the 404 FAQ of seed 001): keep that name
-    assert ("--served-model-name", ("moonshotai/Kimi-K2-Thinking",)) in canonical_pairs(fs, svc["argv"][2:])[0]
+    assert ("--served-model-name", ("moonshotai/Kimi-K2-Thinking",)) in canonical_pairs(fs, svc["argv"][2:])[
+        0
+    ]
 
 
 # ---------------------------------------------------------------------------- seed 002 TP+PP
@@ -95,7 +101,9 @@ def test_h800_tp8_pp2_dcp8_over_ray_seed_002(planned, data):
     model = "/data/models/Kimi-K2-Instruct"
     fs = flagset_of(data, "vllm", "0.19.1")
     api = service(head, "llmb-vllm")
-    assert_serve_flags(fs, api["argv"], recipe_tokens(SEED_002_TP_PP, {"moonshotai/Kimi-K2-Instruct": model}), 2, model)
+    assert_serve_flags(
+        fs, api["argv"], recipe_tokens(SEED_002_TP_PP, {"moonshotai/Kimi-K2-Instruct": model}), 2, model
+    )
     # the removed flag is translated, never passed through
     assert "--disable-log-requests" not in api["argv"] and "--no-enable-log-requests" in api["argv"]
     assert any("--disable-log-requests" in n and "--no-enable-log-requests" in n for n in plan.notes)
@@ -180,8 +188,13 @@ SEED_001_DOCKER_RUN = """docker run --rm \
 -v /mnt/sfs_turbo/.cache:/home/cache \
 -it $IMAGE bash"""
 # seed 001 section 5.1 "Parameter and Environment Variable Descriptions" and the FAQ's served name
-SEED_001_ENV = {"HCCL_BUFFSIZE": "1024", "TASK_QUEUE_ENABLE": "1", "OMP_PROC_BIND": "false",
-                "HCCL_OP_EXPANSION_MODE": "AIV", "PYTORCH_NPU_ALLOC_CONF": "expandable_segments:True"}
+SEED_001_ENV = {
+    "HCCL_BUFFSIZE": "1024",
+    "TASK_QUEUE_ENABLE": "1",
+    "OMP_PROC_BIND": "false",
+    "HCCL_OP_EXPANSION_MODE": "AIV",
+    "PYTORCH_NPU_ALLOC_CONF": "expandable_segments:True",
+}
 SEED_001_SERVE = (
     "vllm serve MODEL --tensor-parallel-size 16 --max-model-len 8192 --max-num-batched-tokens 8192 "
     "--max-num-seqs 12 --gpu-memory-utilization 0.9 --trust-remote-code --enable-expert-parallel "
@@ -205,9 +218,14 @@ def test_a3_vllm_ascend_container_seed_001(planned, data):
     assert_serve_flags(fs, svc["argv"], recipe_tokens(SEED_001_SERVE, {"MODEL": model}), 2, model)
     assert svc["container"]["entrypoint"] == "vllm" and svc["container"]["command"] == svc["argv"][1:]
     # seed 001 section 3.1: quantization targets Linear -> MoE before vllm-ascend loads the model
-    assert host["model"]["config_patches"] == [{
-        "path": "quantization_config.config_groups.group_0.targets", "value": ["MoE"], "expect": ["Linear"],
-        "key": "vllm-ascend"}]
+    assert host["model"]["config_patches"] == [
+        {
+            "path": "quantization_config.config_groups.group_0.targets",
+            "value": ["MoE"],
+            "expect": ["Linear"],
+            "key": "vllm-ascend",
+        }
+    ]
 
 
 # ---------------------------------------------------------------------------- seeds 002/003 ROCm
@@ -241,15 +259,20 @@ SEED_003_ROCM_SERVE = """vllm serve moonshotai/Kimi-K2-Thinking \
 def test_mi300x_rocm_container_seeds_002_003(planned, data):
     (host,) = planned("mi300x").to_list()
     svc = service(host, "Kimi-K2-Thinking")
-    assert_container_matches(svc, parse_docker_run(SEED_003_ROCM_DOCKER, {}), image_repo="vllm/vllm-openai-rocm")
+    assert_container_matches(
+        svc, parse_docker_run(SEED_003_ROCM_DOCKER, {}), image_repo="vllm/vllm-openai-rocm"
+    )
     for key, value in SEED_003_ROCM_ENV.items():
         assert svc["env"][key] == value
     model = "/work/data/models/Kimi-K2-Thinking"  # llmb_model_dir seen through -v /:/work
     fs = flagset_of(data, "vllm", "0.19.1")
-    assert_serve_flags(fs, svc["argv"], recipe_tokens(SEED_003_ROCM_SERVE, {"moonshotai/Kimi-K2-Thinking": model}),
-                       2, model)
+    assert_serve_flags(
+        fs, svc["argv"], recipe_tokens(SEED_003_ROCM_SERVE, {"moonshotai/Kimi-K2-Thinking": model}), 2, model
+    )
     # --entrypoint /bin/bash: the engine command runs through the shell
-    assert svc["container"]["command"][0] == "-c" and svc["container"]["command"][1].startswith("exec vllm serve ")
+    assert svc["container"]["command"][0] == "-c" and svc["container"]["command"][1].startswith(
+        "exec vllm serve "
+    )
 
 
 # ---------------------------------------------------------------------------- seed 004 SGLang
@@ -318,7 +341,8 @@ def test_h200_trtllm_mpirun_sshd_seed_004(planned, data):
     hosts = by_host(plan)
     head, other = hosts["gpu-h200-01"], hosts["gpu-h200-02"]
     subst = {
-        "${NAME}_host1": "llmb-trtllm", "${PWD}": "/opt/llmb/trtllm-workspace",
+        "${NAME}_host1": "llmb-trtllm",
+        "${PWD}": "/opt/llmb/trtllm-workspace",
         "<YOUR_MODEL_DIR>:/models/DeepSeek-V3": "/data/models/Kimi-K2-Instruct:/models/Kimi-K2-Instruct:ro",
         "${IMAGE}": "IMAGE",
     }
@@ -334,25 +358,34 @@ def test_h200_trtllm_mpirun_sshd_seed_004(planned, data):
     launcher = service(head, "llmb-trtllm-launcher", "mpirun-launcher")
     assert launcher["kind"] == "mpirun" and launcher["exec_in"] == "llmb-trtllm"
     assert [s["name"] for s in other["services"]] == ["llmb-trtllm"]
-    recipe = recipe_tokens(SEED_004_MPIRUN, {
-        "<HOST1>": "192.168.101.11", "<HOST2>": "192.168.101.12",
-        "/path/to/TensorRT-LLM/extra-llm-api-config.yml": "/etc/llmb/trtllm/extra-llm-api-config.yml",
-        "<YOUR_MODEL_DIR>": "/models/Kimi-K2-Instruct"})
+    recipe = recipe_tokens(
+        SEED_004_MPIRUN,
+        {
+            "<HOST1>": "192.168.101.11",
+            "<HOST2>": "192.168.101.12",
+            "/path/to/TensorRT-LLM/extra-llm-api-config.yml": "/etc/llmb/trtllm/extra-llm-api-config.yml",
+            "<YOUR_MODEL_DIR>": "/models/Kimi-K2-Instruct",
+        },
+    )
     argv = launcher["argv"]
     # mpirun options of the recipe, in place
-    for pair in (["-np", "16"], ["-H", "192.168.101.11:8,192.168.101.12:8"], ["-mca", "plm_rsh_args", "-p 2233"]):
-        assert any(argv[i:i + len(pair)] == pair for i in range(len(argv))), pair
+    for pair in (
+        ["-np", "16"],
+        ["-H", "192.168.101.11:8,192.168.101.12:8"],
+        ["-mca", "plm_rsh_args", "-p 2233"],
+    ):
+        assert any(argv[i : i + len(pair)] == pair for i in range(len(argv))), pair
     assert "--allow-run-as-root" in argv
     cut = argv.index("trtllm-llmapi-launch")
-    assert argv[cut:cut + 3] == ["trtllm-llmapi-launch", "trtllm-serve", "serve"]
+    assert argv[cut : cut + 3] == ["trtllm-llmapi-launch", "trtllm-serve", "serve"]
     rcut = recipe.index("trtllm-llmapi-launch")
     fs = flagset_of(data, "trtllm", "1.1.0")
-    want, want_pos = canonical_pairs(fs, recipe[rcut + 3:])
-    got, got_pos = canonical_pairs(fs, argv[cut + 3:])
+    want, want_pos = canonical_pairs(fs, recipe[rcut + 3 :])
+    got, got_pos = canonical_pairs(fs, argv[cut + 3 :])
     assert not [p for p in want if p not in got], (want, got)
     assert want_pos == got_pos == ["/models/Kimi-K2-Instruct"] and argv[-1] == "/models/Kimi-K2-Instruct"
     # the exported communicator settings reach every rank
-    assert ["-x", "NCCL_SOCKET_IFNAME"] in [argv[i:i + 2] for i in range(len(argv))]
+    assert ["-x", "NCCL_SOCKET_IFNAME"] in [argv[i : i + 2] for i in range(len(argv))]
     # seed 004 "Others": TRT-LLM has no kimi_k2 model type
     assert head["model"]["config_patches"][0]["path"] == "model_type"
     assert launcher["api"]["tool_calls"] is False  # no tool-call parser in trtllm-serve
@@ -367,16 +400,22 @@ def test_sim_is_tp8_pp2_over_ray(planned, data):
     api = service(hosts["node1"], "llmb-vllm", "api")
     fs = flagset_of(data, "vllm", "0.19.1")
     pairs, pos = canonical_pairs(fs, api["argv"][2:])
-    for want in (("--tensor-parallel-size", 8), ("--pipeline-parallel-size", 2),
-                 ("--distributed-executor-backend", "ray"), ("--served-model-name", ("kimi-k2-sim",)),
-                 ("--reasoning-parser", "kimi_k2"), ("--enable-auto-tool-choice", True)):
+    for want in (
+        ("--tensor-parallel-size", 8),
+        ("--pipeline-parallel-size", 2),
+        ("--distributed-executor-backend", "ray"),
+        ("--served-model-name", ("kimi-k2-sim",)),
+        ("--reasoning-parser", "kimi_k2"),
+        ("--enable-auto-tool-choice", True),
+    ):
         assert want in pairs
     assert pos == ["/opt/llmb/models/kimi-k2-sim"]
     assert service(hosts["node2"], "llmb-ray", "ray-worker")["env"]["VLLM_HOST_IP"] == "172.30.0.12"
 
 
-@pytest.mark.parametrize("name", ["h100", "h200", "h800", "h800-dp-ep", "a3", "mi300x", "h200-sglang",
-                                  "h200-trtllm", "sim"])
+@pytest.mark.parametrize(
+    "name", ["h100", "h200", "h800", "h800-dp-ep", "a3", "mi300x", "h200-sglang", "h200-trtllm", "sim"]
+)
 def test_every_planned_engine_argv_is_accepted_by_its_flag_set(planned, data, name):
     plan = planned(name)
     fs = plan.ctx.flagset
@@ -386,7 +425,7 @@ def test_every_planned_engine_argv_is_accepted_by_its_flag_set(planned, data, na
             if svc["role"] in ("ray-head", "ray-worker", "sshd"):
                 continue
             if svc["kind"] == "mpirun":
-                argv = argv[argv.index("trtllm-serve"):]
+                argv = argv[argv.index("trtllm-serve") :]
             start = {"vllm": 2, "vllm-ascend": 2, "sglang": 3, "trtllm": 2}[plan.ctx.engine]
             pairs, _ = canonical_pairs(fs, argv[start:])  # raises on a flag the release lacks
             assert pairs

@@ -13,7 +13,9 @@ SCRIPT = str(REPO / "scripts" / "launch-plan")
 
 
 def run(*args):
-    return subprocess.run([sys.executable, SCRIPT, *args], capture_output=True, text=True, timeout=120, cwd=REPO)
+    return subprocess.run(
+        [sys.executable, SCRIPT, *args], capture_output=True, text=True, timeout=120, cwd=REPO
+    )
 
 
 @pytest.fixture(scope="module")
@@ -27,10 +29,17 @@ def test_h800_json_holds_the_seed_002_command(h800_json):
     head = h800_json[0]
     api = [s for s in head["services"] if s["role"] == "api"][0]
     argv = api["argv"]
-    for pair in (["--tensor-parallel-size", "8"], ["--pipeline-parallel-size", "2"],
-                 ["--decode-context-parallel-size", "8"], ["--quantization", "fp8"], ["--kv-cache-dtype", "fp8"],
-                 ["--max-model-len", "2048"], ["--max-num-seqs", "1"], ["--max-num-batched-tokens", "1024"]):
-        assert any(argv[i:i + 2] == pair for i in range(len(argv))), pair
+    for pair in (
+        ["--tensor-parallel-size", "8"],
+        ["--pipeline-parallel-size", "2"],
+        ["--decode-context-parallel-size", "8"],
+        ["--quantization", "fp8"],
+        ["--kv-cache-dtype", "fp8"],
+        ["--max-model-len", "2048"],
+        ["--max-num-seqs", "1"],
+        ["--max-num-batched-tokens", "1024"],
+    ):
+        assert any(argv[i : i + 2] == pair for i in range(len(argv))), pair
     for flag in ("--trust-remote-code", "--enable-chunked-prefill", "--no-enable-log-requests"):
         assert flag in argv
     for svc in head["services"]:  # the contract's keys

@@ -56,14 +56,20 @@ def build_engine_args(ctx: Context, planner_flags: list[tuple[str, Any]]) -> tup
     model_flags = (ctx.model.get("engine_flags") or {}).get(ctx.engine_family)
     if model_flags is None and ctx.model.get("engine_flags"):
         ctx.notes.append(f"model profile {ctx.model_name} has no engine_flags for {ctx.engine}")
-    ea.apply_mapping(model_flags, f"data/models/{ctx.model_name}.yml engine_flags.{ctx.engine_family}", OWNER_HINT)
+    ea.apply_mapping(
+        model_flags, f"data/models/{ctx.model_name}.yml engine_flags.{ctx.engine_family}", OWNER_HINT
+    )
     if ctx.preset is not None:
         section = (ctx.preset.get("engines") or {}).get(ctx.engine_family)
         if section is None:
             ctx.notes.append(f"preset {ctx.preset_name} has no settings for {ctx.engine}; none applied")
-        ea.apply_mapping(section, f"data/presets/{ctx.preset_name}.yml engines.{ctx.engine_family}", OWNER_HINT)
+        ea.apply_mapping(
+            section, f"data/presets/{ctx.preset_name}.yml engines.{ctx.engine_family}", OWNER_HINT
+        )
     ea.apply_mapping(ctx.v.get("llmb_engine_args"), "llmb_engine_args", OWNER_HINT)
-    ea.apply_argv([str(t) for t in ctx.v.get("llmb_engine_extra_args") or []], "llmb_engine_extra_args", OWNER_HINT)
+    ea.apply_argv(
+        [str(t) for t in ctx.v.get("llmb_engine_extra_args") or []], "llmb_engine_extra_args", OWNER_HINT
+    )
     return ea, ea.problems
 
 
@@ -116,7 +122,7 @@ def model_paths(ctx: Context) -> tuple[str, list[str]]:
             continue
         src, dst = parts[0].rstrip("/") or "/", parts[1].rstrip("/") or "/"
         if model_dir == src or model_dir.startswith(src.rstrip("/") + "/"):
-            rest = model_dir[len(src.rstrip("/")):]
+            rest = model_dir[len(src.rstrip("/")) :]
             derived = (dst.rstrip("/") + rest) if dst != "/" else (rest or "/")
             if explicit and explicit.rstrip("/") != derived.rstrip("/"):
                 continue
@@ -139,7 +145,7 @@ def container_options(ctx: Context, name: str, platform_defaults: dict[str, Any]
         "gpus": None,
         "workdir": None,
         "entrypoint": None,
-        "restart_policy": "unless-stopped",
+        "restart": "unless-stopped",
     }
     opts.update(platform_defaults)
     for key, value in (ctx.v.get("llmb_container_options") or {}).items():
@@ -153,8 +159,21 @@ def container_options(ctx: Context, name: str, platform_defaults: dict[str, Any]
 
 
 def container_problems(ctx: Context) -> list[Problem]:
-    known = {"name", "network", "ipc", "shm_size", "privileged", "cap_add", "security_opt", "group_add",
-             "ulimits", "gpus", "workdir", "entrypoint", "restart_policy"}
+    known = {
+        "name",
+        "network",
+        "ipc",
+        "shm_size",
+        "privileged",
+        "cap_add",
+        "security_opt",
+        "group_add",
+        "ulimits",
+        "gpus",
+        "workdir",
+        "entrypoint",
+        "restart",
+    }
     problems = []
     for key in ctx.v.get("llmb_container_options") or {}:
         if key not in known:
@@ -170,8 +189,12 @@ def container_problems(ctx: Context) -> list[Problem]:
     for mount in ctx.v.get("llmb_container_mounts") or []:
         if len(str(mount).split(":")) not in (2, 3):
             problems.append(
-                Problem("container", f"mount {mount!r} is not 'src:dst[:ro]'", found=mount,
-                        fix="write mounts in docker -v syntax")
+                Problem(
+                    "container",
+                    f"mount {mount!r} is not 'src:dst[:ro]'",
+                    found=mount,
+                    fix="write mounts in docker -v syntax",
+                )
             )
     return problems
 

@@ -43,28 +43,46 @@ def services(ctx: Context, topo: Topology, ea: EngineArgs) -> list[HostPlan]:
         penv, pdevices, pcontainer = dict(rocm.ROCM_ENV), list(rocm.ROCM_DEVICES), dict(rocm.ROCM_CONTAINER)
     else:
         penv, pdevices, pcontainer = {}, [], dict(nvidia.NVIDIA_CONTAINER)
-    prefix = ["python3", "-m", "sglang.launch_server"] if container else [
-        common.venv_bin(ctx, "python"), "-m", "sglang.launch_server"]
+    prefix = (
+        ["python3", "-m", "sglang.launch_server"]
+        if container
+        else [common.venv_bin(ctx, "python"), "-m", "sglang.launch_server"]
+    )
     plans = []
     for node in ctx.dep.nodes[: topo.nodes]:
         hp = HostPlan(host=node.name, address=node.address, rank=node.rank)
-        hp.model = {"dir": str(v["llmb_model_dir"]), "engine_path": model_path,
-                    "config_patches": model_patches(ctx), "served_model_name": ctx.served_name}
+        hp.model = {
+            "dir": str(v["llmb_model_dir"]),
+            "engine_path": model_path,
+            "config_patches": model_patches(ctx),
+            "served_model_name": ctx.served_name,
+        }
         values = dict(ea.values)
         if multinode:
             values["--node-rank"] = node.rank
         argv = [*prefix, *ea.argv(values)]
-        env = common.merge_env(common.iface_env(ctx, node, multinode), penv if container else {},
-                               v.get("llmb_engine_env"))
+        env = common.merge_env(
+            common.iface_env(ctx, node, multinode), penv if container else {}, v.get("llmb_engine_env")
+        )
         is_head = node is head
         order = common.ORDER_FIRST if is_head else common.ORDER_SECOND
         if container:
             svc = common.make_container_service(
-                ctx, name=str(v.get("llmb_container_name") or "llmb-sglang"), role="sglang-rank", argv=argv,
-                order=order, env=env, image=common.default_image(ctx), devices=pdevices, mounts=model_mounts,
-                platform_defaults=pcontainer)
+                ctx,
+                name=str(v.get("llmb_container_name") or "llmb-sglang"),
+                role="sglang-rank",
+                argv=argv,
+                order=order,
+                env=env,
+                image=common.default_image(ctx),
+                devices=pdevices,
+                mounts=model_mounts,
+                platform_defaults=pcontainer,
+            )
         else:
-            svc = Service(name="llmb-sglang", kind="systemd", role="sglang-rank", argv=argv, order=order, env=env)
+            svc = Service(
+                name="llmb-sglang", kind="systemd", role="sglang-rank", argv=argv, order=order, env=env
+            )
         if is_head:
             svc.ports = [{"port": v["llmb_api_port"], "purpose": "api"}]
             if multinode:

@@ -49,8 +49,12 @@ def services(ctx: Context, topo: Topology, ea: EngineArgs) -> list[HostPlan]:
         options = DEFAULT_EXTRA_LLM_API_OPTIONS
     cfg_path = extra_options_path(ctx)
     cfg_dir = cfg_path.rsplit("/", 1)[0]
-    config_file = {"path": cfg_path, "content": yamltext.dump(options), "mode": "0644",
-                   "purpose": "trtllm-serve --extra_llm_api_options"}
+    config_file = {
+        "path": cfg_path,
+        "content": yamltext.dump(options),
+        "mode": "0644",
+        "purpose": "trtllm-serve --extra_llm_api_options",
+    }
     serve_argv = ["trtllm-serve", "serve", *ea.argv(), model_path]
     name = str(v.get("llmb_container_name") or "llmb-trtllm")
     image = common.default_image(ctx)
@@ -58,17 +62,28 @@ def services(ctx: Context, topo: Topology, ea: EngineArgs) -> list[HostPlan]:
     plans = []
     for node in nodes:
         hp = HostPlan(host=node.name, address=node.address, rank=node.rank)
-        hp.model = {"dir": str(v["llmb_model_dir"]), "engine_path": model_path,
-                    "config_patches": model_patches(ctx), "served_model_name": ctx.served_name}
+        hp.model = {
+            "dir": str(v["llmb_model_dir"]),
+            "engine_path": model_path,
+            "config_patches": model_patches(ctx),
+            "served_model_name": ctx.served_name,
+        }
         env = common.merge_env(common.iface_env(ctx, node, multinode), v.get("llmb_engine_env"))
         mounts = [*model_mounts, f"{cfg_dir}:{cfg_dir}:ro"]
         is_head = node is head
         if multinode:
             box = common.make_container_service(
-                ctx, name=name, role="sshd",
+                ctx,
+                name=name,
+                role="sshd",
                 argv=["/usr/sbin/sshd", "-D", "-e", "-p", str(sshd_port)],
-                order=common.ORDER_FIRST, env=env, image=image, devices=[], mounts=mounts,
-                platform_defaults=dict(nvidia.TRTLLM_CONTAINER))
+                order=common.ORDER_FIRST,
+                env=env,
+                image=image,
+                devices=[],
+                mounts=mounts,
+                platform_defaults=dict(nvidia.TRTLLM_CONTAINER),
+            )
             box.ports = [{"port": sshd_port, "purpose": "sshd"}]
             box.ready = common.ready_tcp(ctx, node, sshd_port)
             box.config_files = [dict(config_file)]
@@ -79,10 +94,11 @@ def services(ctx: Context, topo: Topology, ea: EngineArgs) -> list[HostPlan]:
                     name=f"{name}-launcher",
                     kind="mpirun",
                     role="mpirun-launcher",
-                    argv=_mpirun_argv(ctx, topo, nodes, env, serve_argv),
+                    argv=docker_exec(name, env, _mpirun_argv(ctx, topo, nodes, env, serve_argv)),
                     order=common.ORDER_API,
                     env=env,
                     exec_in=name,
+                    stop_argv=["/usr/bin/docker", "exec", name, "pkill", "-TERM", "-f", "trtllm-serve"],
                     depends_on=[common.dep_ref(n, name) for n in nodes],
                 )
                 launcher.ports = [{"port": v["llmb_api_port"], "purpose": "api"}]
@@ -92,8 +108,17 @@ def services(ctx: Context, topo: Topology, ea: EngineArgs) -> list[HostPlan]:
                 hp.services.append(launcher)
         else:
             svc = common.make_container_service(
-                ctx, name=name, role="api", argv=serve_argv, order=common.ORDER_FIRST, env=env, image=image,
-                devices=[], mounts=mounts, platform_defaults=dict(nvidia.TRTLLM_CONTAINER))
+                ctx,
+                name=name,
+                role="api",
+                argv=serve_argv,
+                order=common.ORDER_FIRST,
+                env=env,
+                image=image,
+                devices=[],
+                mounts=mounts,
+                platform_defaults=dict(nvidia.TRTLLM_CONTAINER),
+            )
             svc.ports = [{"port": v["llmb_api_port"], "purpose": "api"}]
             svc.config_files = [dict(config_file)]
             svc.health = common.health_block(ctx, node)
@@ -104,13 +129,32 @@ def services(ctx: Context, topo: Topology, ea: EngineArgs) -> list[HostPlan]:
     return plans
 
 
-def _mpirun_argv(ctx: Context, topo: Topology, nodes, env: dict[str, str], serve_argv: list[str]) -> list[str]:
+def _mpirun_argv(
+    ctx: Context, topo: Topology, nodes, env: dict[str, str], serve_argv: list[str]
+) -> list[str]:
     hosts = ",".join(f"{n.address}:{topo.per_node}" for n in nodes)
-    argv = ["mpirun", "-np", str(topo.world), "-H", hosts,
-            "-mca", "plm_rsh_args", f"-p {ctx.v['llmb_sshd_port']}", "--allow-run-as-root"]
+    argv = [
+        "mpirun",
+        "-np",
+        str(topo.world),
+        "-H",
+        hosts,
+        "-mca",
+        "plm_rsh_args",
+        f"-p {ctx.v['llmb_sshd_port']}",
+        "--allow-run-as-root",
+    ]
     iface = ctx.v.get("llmb_cluster_iface")
     if iface:
         argv += ["-mca", "btl_tcp_if_include", iface, "-mca", "oob_tcp_if_include", iface]
     for key in sorted(env):
         argv += ["-x", key]
     return [*argv, "trtllm-llmapi-launch", *serve_argv]
+
+
+def docker_exec(container: str, env: dict[str, str], argv: list[str]) -> list[str]:
+    """Run argv inside the node's engine container; env names are passed from the unit's environment."""
+    out = ["/usr/bin/docker", "exec"]
+    for key in sorted(env):
+        out += ["-e", key]
+    return [*out, container, *argv]

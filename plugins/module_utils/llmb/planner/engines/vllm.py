@@ -50,8 +50,12 @@ def _platform_bits(ctx: Context) -> tuple[dict[str, str], list[str], list[str], 
     """(env, devices, mounts, container defaults) for the platform vendor."""
     vendor = ctx.platform.vendor
     if vendor == "huawei":
-        return (dict(vllm_ascend.ASCEND_ENV), vllm_ascend.devices(ctx.platform.device_count),
-                list(vllm_ascend.ASCEND_DRIVER_MOUNTS), dict(vllm_ascend.ASCEND_CONTAINER))
+        return (
+            dict(vllm_ascend.ASCEND_ENV),
+            vllm_ascend.devices(ctx.platform.device_count),
+            list(vllm_ascend.ASCEND_DRIVER_MOUNTS),
+            dict(vllm_ascend.ASCEND_CONTAINER),
+        )
     if vendor == "amd":
         return dict(rocm.ROCM_ENV), list(rocm.ROCM_DEVICES), [], dict(rocm.ROCM_CONTAINER)
     return {}, [], [], dict(nvidia.NVIDIA_CONTAINER)
@@ -71,8 +75,13 @@ def _ray_argv(ctx: Context, fs: FlagSet, node: Node, head: Node) -> list[str]:
     v = ctx.v
     values: dict[str, Any] = {"--node-ip-address": node.address}
     if node is head:
-        values = {"--head": True, "--port": v["llmb_ray_port"], **values,
-                  "--dashboard-host": "0.0.0.0", "--dashboard-port": v["llmb_ray_dashboard_port"]}
+        values = {
+            "--head": True,
+            "--port": v["llmb_ray_port"],
+            **values,
+            "--dashboard-host": "0.0.0.0",
+            "--dashboard-port": v["llmb_ray_dashboard_port"],
+        }
     else:
         values = {"--address": f"{head.address}:{v['llmb_ray_port']}", **values}
     values["--disable-usage-stats"] = True
@@ -123,8 +132,10 @@ def services(ctx: Context, topo: Topology, ea: EngineArgs) -> list[HostPlan]:
                 env=dict(env),
             )
             if is_head:
-                ray.ports = [{"port": v["llmb_ray_port"], "purpose": "ray-gcs"},
-                             {"port": v["llmb_ray_dashboard_port"], "purpose": "ray-dashboard"}]
+                ray.ports = [
+                    {"port": v["llmb_ray_port"], "purpose": "ray-gcs"},
+                    {"port": v["llmb_ray_dashboard_port"], "purpose": "ray-dashboard"},
+                ]
                 ray.ready = common.ready_tcp(ctx, node, v["llmb_ray_port"])
             else:
                 ray.depends_on = [common.dep_ref(head, ray_name)]
@@ -166,6 +177,8 @@ def services(ctx: Context, topo: Topology, ea: EngineArgs) -> list[HostPlan]:
             svc.api = common.api_block(ctx, node, ea.values)
             if topo.mode == "ray":
                 svc.depends_on = [common.dep_ref(n, "llmb-ray") for n in nodes]
+                # vLLM joins the running Ray cluster (ray.init reads RAY_ADDRESS; no /tmp/ray lookup)
+                svc.env["RAY_ADDRESS"] = f"{head.address}:{v['llmb_ray_port']}"
         else:
             svc.depends_on = [common.dep_ref(head, svc.name)]
             svc.ready = common.ready_started(ctx)

@@ -1,0 +1,1 @@
+"""Test Hugging Face Hub-compatible server and the generator of the small test model."""

@@ -1,0 +1,86 @@
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from llmb.bench import gate, percentile, run_bench
+from llmb.report import write_report
+
+
+def test_report_aggregates_stage_results(tmp_path):
+    run = tmp_path / "20261122T000000Z"
+    (run / "verify").mkdir(parents=True)
+    (run / "serve").mkdir()
+    (run / "verify" / "node1.json").write_text(json.dumps({"ok": True}))
+    (run / "verify" / "node2.json").write_text(json.dumps({"ok": False, "checks": []}))
+    smoke = [[{"check": "chat-completion", "ok": True, "request": "POST http://10.0.0.1:8000/v1/chat/completions",
+               "found": "4"}]]
+    (run / "serve" / "node1.json").write_text(json.dumps({"ok": True, "smoke": smoke}))
+    rep = write_report(str(run))
+    assert rep["ok"] is False
+    assert rep["failed"] == [{"stage": "verify", "host": "node2"}]
+    assert rep["endpoint"] == "http://10.0.0.1:8000/v1"
+    assert rep["smoke_answer"] == "4"
+    assert list(rep["stages"]) == ["verify", "serve"]
+    md = (run / "report.md").read_text()
+    assert "FAILED" in md and "| verify | ok | FAILED |" in md
+    assert json.loads((run / "report.json").read_text()) == rep
+
+
+def test_percentile():
+    assert percentile([], 0.5) == 0.0
+    assert percentile([1.0, 2.0, 3.0], 0.5) == 2.0
+    assert percentile([1.0, 3.0], 0.5) == 2.0
+
+
+class _Chat(BaseHTTPRequestHandler):
+    fail_every = 0
+    count = 0
+
+    def do_POST(self):  # noqa: N802
+        type(self).count += 1
+        self.rfile.read(int(self.headers["Content-Length"]))
+        if self.fail_every and self.count % self.fail_every == 0:
+            self.send_response(500)
+            self.end_headers()
+            return
+        body = json.dumps({"choices": [{"message": {"content": "hi"}}], "usage": {"completion_tokens": 7}}).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *a):
+        pass
+
+
+@pytest.fixture()
+def server():
+    _Chat.count = 0
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), _Chat)
+    t = threading.Thread(target=srv.serve_forever, daemon=True)
+    t.start()
+    yield srv
+    srv.shutdown()
+
+
+def test_bench_counts_tokens_and_gates(server):
+    base = f"http://127.0.0.1:{server.server_address[1]}/v1"
+    res = run_bench(base, "m", requests=12, concurrency=3)
+    assert res["succeeded"] == 12 and res["failed"] == 0
+    assert res["output_token_throughput"] > 0
+    assert _Chat.count == 12
+    assert gate(res) == []
+    assert gate(res, min_output_tok_s=1e12)[0].startswith("output throughput")
+
+
+def test_bench_failures_fail_the_gate(server):
+    _Chat.fail_every = 4
+    try:
+        base = f"http://127.0.0.1:{server.server_address[1]}/v1"
+        res = run_bench(base, "m", requests=8, concurrency=2)
+    finally:
+        _Chat.fail_every = 0
+    assert res["failed"] == 2
+    assert "success rate" in gate(res)[0]

@@ -1,0 +1,80 @@
+import shlex
+
+import pytest
+
+from llmb.serve import (SPEC_LABEL, container_verdict, docker_run_argv, parse_systemctl_show, spec_hash,
+                        systemd_exec, unit_verdict)
+
+
+def systemd_split(line: str) -> list[str]:
+    """How systemd splits ExecStart= for our quoting subset: double quotes, \\ escapes, %% and $$."""
+    words = shlex.split(line, posix=True)
+    return [w.replace("%%", "%").replace("$$", "$") for w in words]
+
+
+@pytest.mark.parametrize("argv", [
+    ["/opt/v/bin/vllm", "serve", "/models/K2", "--port", "8000"],
+    ["/opt/v/bin/vllm", "serve", "--hf-overrides", '{"a": "b c"}', "--x", "100%"],
+    ["/usr/bin/mpirun", "-x", "PATH=$PATH", "--mca", "plm_rsh_args", "-p 2233 -o BatchMode=yes"],
+    ["/bin/echo", 'back\\slash "quoted"'],
+])
+def test_systemd_exec_round_trips(argv):
+    assert systemd_split(systemd_exec(argv)) == argv
+
+
+def test_systemd_exec_escapes_specifiers_and_variables():
+    line = systemd_exec(["/bin/x", "100%", "$HOME"])
+    assert "100%%" in line and "$$HOME" in line
+
+
+def test_systemd_exec_requires_absolute_path():
+    with pytest.raises(ValueError, match="absolute path"):
+        systemd_exec(["vllm", "serve"])
+    with pytest.raises(ValueError):
+        systemd_exec([])
+
+
+def test_docker_run_argv_maps_plan_options():
+    argv = docker_run_argv(
+        "llmb-vllm", "quay.io/ascend/vllm-ascend:v1-a3", ["vllm", "serve", "/m"],
+        {"HCCL_IF_IP": "10.0.0.1", "A": "1"},
+        ["/dev/davinci0", {"host": "/dev/davinci_manager"}],
+        ["/usr/local/dcmi:/usr/local/dcmi", {"host": "/etc/ascend_install.info", "readonly": True}],
+        {"network": "host", "shm_size": "1g", "ipc": "host", "cap_add": ["IPC_LOCK"], "privileged": True},
+    )
+    s = " ".join(argv)
+    assert argv[:3] == ["docker", "run", "-d"]
+    assert "--network host" in s and "--shm-size 1g" in s and "--ipc host" in s and "--privileged" in s
+    assert "--device /dev/davinci0" in s and "--device /dev/davinci_manager:/dev/davinci_manager" in s
+    assert "-v /etc/ascend_install.info:/etc/ascend_install.info:ro" in s
+    assert "-e A=1" in s and "-e HCCL_IF_IP=10.0.0.1" in s
+    assert "--cap-add IPC_LOCK" in s and "--restart unless-stopped" in s
+    assert argv[-4:] == ["quay.io/ascend/vllm-ascend:v1-a3", "vllm", "serve", "/m"]
+    assert any(a.startswith(SPEC_LABEL + "=") for a in argv)
+
+
+def test_spec_hash_changes_with_spec_only():
+    a = docker_run_argv("n", "img", ["x"], {"A": "1"}, [], [], {})
+    b = docker_run_argv("n", "img", ["x"], {"A": "1"}, [], [], {})
+    c = docker_run_argv("n", "img", ["x"], {"A": "2"}, [], [], {})
+    lab = [x for x in a if x.startswith(SPEC_LABEL)]
+    assert lab == [x for x in b if x.startswith(SPEC_LABEL)]
+    assert lab != [x for x in c if x.startswith(SPEC_LABEL)]
+    assert spec_hash({"a": 1, "b": 2}) == spec_hash({"b": 2, "a": 1})
+
+
+def test_unit_verdicts():
+    show = "ActiveState=failed\nSubState=failed\nNRestarts=0\nExecMainStatus=2\nResult=exit-code\n"
+    props = parse_systemctl_show(show)
+    assert "exit status 2" in unit_verdict(props, 0)
+    assert unit_verdict({"ActiveState": "active", "SubState": "running", "NRestarts": "0"}, 0) is None
+    assert "restarted" in unit_verdict({"ActiveState": "activating", "SubState": "auto-restart",
+                                        "NRestarts": "1", "ExecMainStatus": "1"}, 0)
+    assert unit_verdict({"ActiveState": "active", "SubState": "running", "NRestarts": "3"}, 3) is None
+    assert unit_verdict({"ActiveState": "inactive", "SubState": "dead"}, 0) == "unit is not running (inactive)"
+
+
+def test_container_verdicts():
+    assert "exit code 1" in container_verdict({"Status": "exited", "ExitCode": 1})
+    assert container_verdict({"Status": "running", "Restarting": False}) is None
+    assert "restarting" in container_verdict({"Status": "restarting", "Restarting": True, "ExitCode": 3})
