@@ -57,11 +57,12 @@ class ActionModule(ActionBase):
                 raise AnsibleActionFail(f"{host}: check platform: {exc}") from None
 
         started = datetime.datetime.now(datetime.UTC)
-        probe = self._execute_module(
-            module_name="accel_probe",
-            module_args={"vendor": args["vendor"], "timeout": args["timeout"]},
-            task_vars=task_vars,
-        )
+        module_args = {"vendor": args["vendor"], "timeout": args["timeout"]}
+        if profile is not None and profile["vendor"] == "ascend":
+            # net health only when the profile checks it: hccn_tool runs once per device and query.
+            module_args["hccn_queries"] = ["link", "ip"] + (["net_health"] if (profile.get("hccn") or {}).get(
+                "net_health") else [])
+        probe = self._execute_module(module_name="accel_probe", module_args=module_args, task_vars=task_vars)
         if probe.get("failed"):
             facts = {"vendor": None, "devices": [], "errors": [], "warnings": []}
             checks = [{"id": "probe.accel_probe", "ok": False, "expected": "the accel_probe module runs on the node",

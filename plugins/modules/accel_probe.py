@@ -38,6 +38,12 @@ options:
     description: Run only the probes of these names (default all of the vendor's and the host's).
     type: list
     elements: str
+  hccn_queries:
+    description: Which C(hccn_tool -i N ... -g) queries to run for every Ascend device.
+    type: list
+    elements: str
+    default: [link, ip, net_health]
+    choices: [link, ip, net_health]
   hccn_devices:
     description: Ascend device ids for C(hccn_tool -i); default the /dev/davinciN present, else the chips C(npu-smi info) lists.
     type: list
@@ -109,6 +115,8 @@ def main():
             "timeout": {"type": "int", "default": 60},
             "probes": {"type": "list", "elements": "str"},
             "hccn_devices": {"type": "list", "elements": "int"},
+            "hccn_queries": {"type": "list", "elements": "str", "default": ["link", "ip", "net_health"],
+                             "choices": ["link", "ip", "net_health"]},
         },
         supports_check_mode=True,
     )
@@ -119,6 +127,7 @@ def main():
         timeout=module.params["timeout"],
         only=module.params["probes"],
         devices=module.params["hccn_devices"],
+        hccn_queries=module.params["hccn_queries"],
     )
     module.exit_json(changed=False, **result)
 

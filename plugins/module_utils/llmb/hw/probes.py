@@ -219,16 +219,16 @@ def hccn_devices(npu_smi_stdout: str) -> list[int]:
     return [n["phy_id"] if n["phy_id"] is not None else n["npu"] for n in npus]
 
 
-def hccn_probes(devices: list[int]) -> list[dict]:
-    tool = "hccn_tool"
+def hccn_probes(devices: list[int], queries=None) -> list[dict]:
+    wanted = [q for q in HCCN_QUERIES if queries is None or q[0] in queries]
     return [
-        _p(f"hccn-{dev}-{name}", "hccn-tool", [tool, "-i", str(dev), flag, "-g"]) for dev in devices
-        for name, flag in HCCN_QUERIES
+        _p(f"hccn-{dev}-{name}", "hccn-tool", ["hccn_tool", "-i", str(dev), flag, "-g"]) for dev in devices
+        for name, flag in wanted
     ]
 
 
 def run_probes(vendor: str = "auto", timeout: float = 60, only: list[str] | None = None,
-               devices: list[int] | None = None, workers: int = 8) -> dict:
+               devices: list[int] | None = None, workers: int = 8, hccn_queries=None) -> dict:
     """Run every probe for the vendor and the host; return {'vendor', 'host', 'tools', 'probes': [...]}."""
     if vendor == "auto":
         vendor = detect_vendor()
@@ -244,7 +244,7 @@ def run_probes(vendor: str = "auto", timeout: float = 60, only: list[str] | None
         if vendor == "ascend" and (not only or any(n.startswith("hccn") for n in only)):
             npu = next((r for r in results if r["name"] == "npu-smi"), None)
             ids = devices if devices is not None else hccn_devices(npu["stdout"] if npu else "")
-            for res in pool.map(lambda p: run_one(p, timeout), hccn_probes(ids)):
+            for res in pool.map(lambda p: run_one(p, timeout), hccn_probes(ids, hccn_queries)):
                 if res is not None:
                     results.append(res)
     tools = {}

@@ -1,0 +1,105 @@
+"""End-to-end fixtures: one simulated 2-node H800-like cluster (real SSH, systemd, the engine
+double) and the Hugging Face-compatible test server, shared by every test of the session."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests"))
+from perf_common import ansible_env  # noqa: E402
+
+CLUSTER = os.environ.get("LLMB_E2E_CLUSTER", "e2e")
+KEEP = os.environ.get("LLMB_E2E_KEEP") == "1"
+
+
+class Run:
+    def __init__(self, proc: subprocess.CompletedProcess, seconds: float):
+        self.rc = proc.returncode
+        self.out = proc.stdout + proc.stderr
+        self.seconds = seconds
+
+    def recap(self) -> dict[str, dict[str, int]]:
+        rows = {}
+        for m in re.finditer(r"^(\S+)\s+: ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", self.out, re.M):
+            rows[m.group(1)] = {"ok": int(m.group(2)), "changed": int(m.group(3)),
+                                "unreachable": int(m.group(4)), "failed": int(m.group(5))}
+        return rows
+
+    def changed_tasks(self) -> list[str]:
+        tasks, cur = [], None
+        for line in self.out.splitlines():
+            if line.startswith("TASK ["):
+                cur = line
+            elif line.startswith("changed:") and cur:
+                tasks.append(f"{cur} {line}")
+        return tasks
+
+
+class Cluster:
+    def __init__(self, inventory: Path, hf_url: str, hf_root: Path):
+        self.inventory = inventory
+        self.hf_url = hf_url
+        self.hf_root = hf_root
+        self.nodes = json.loads((inventory.parent / "cluster.json").read_text())["nodes"]
+
+    def playbook(self, playbook: str, *args: str, env: dict | None = None, timeout: int = 1500) -> Run:
+        e = ansible_env()
+        e.update({"LLMB_RUN_ID": f"e2e-{int(time.time() * 1000)}", "ANSIBLE_NOCOLOR": "1"})
+        e.update(env or {})
+        t0 = time.monotonic()
+        proc = subprocess.run([str(ROOT / ".venv/bin/ansible-playbook"), "-i", str(self.inventory), playbook, *args,
+                               "-e", f"weights_hf_endpoint={self.hf_url}"],
+                              cwd=ROOT, env=e, capture_output=True, text=True, timeout=timeout)
+        run = Run(proc, time.monotonic() - t0)
+        log = ROOT / "artifacts" / "e2e"
+        log.mkdir(parents=True, exist_ok=True)
+        (log / f"{Path(playbook).stem}-{int(time.time())}.log").write_text(run.out)
+        return run
+
+    def node(self, name: str, *cmd: str, check: bool = True) -> subprocess.CompletedProcess:
+        return subprocess.run(["docker", "exec", f"{CLUSTER}-{name}", *cmd], capture_output=True, text=True, check=check)
+
+    def ip(self, name: str) -> str:
+        return next(n["ip"] for n in self.nodes if n["node"] == name)
+
+
+def _gateway(network: str) -> str:
+    out = subprocess.run(["docker", "network", "inspect", "-f", "{{(index .IPAM.Config 0).Gateway}}", network],
+                         capture_output=True, text=True, check=True).stdout.strip()
+    return out
+
+
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory):
+    sim = str(ROOT / "scripts/sim-cluster")
+    subprocess.run([sim, "up", "--name", CLUSTER, "--nodes", "2", "--profile", "h800-hgx8", "--engine-double",
+                    "--vars-from", str(ROOT / "inventories/sim")], check=True)
+    inv = Path(subprocess.run([sim, "inventory", "--name", CLUSTER], capture_output=True, text=True,
+                              check=True).stdout.strip())
+    hf_root = tmp_path_factory.mktemp("hub")
+    state = tmp_path_factory.mktemp("hubstate")
+    gw = _gateway(f"llmb-{CLUSTER}")
+    srv = subprocess.Popen([str(ROOT / ".venv/bin/python"), str(ROOT / "tests/hfserver/server.py"), "--root", str(hf_root),
+                            "--bind", gw, "--port", "0", "--state-dir", str(state),
+                            "--generate", "llmb-test/kimi-k2-sim"])
+    for _ in range(100):
+        if (state / "url").exists():
+            break
+        time.sleep(0.1)
+    url = (state / "url").read_text().strip()
+    try:
+        yield Cluster(inv, url, hf_root)
+    finally:
+        srv.terminate()
+        srv.wait(10)
+        if not KEEP:
+            subprocess.run([sim, "down", "--name", CLUSTER], capture_output=True)

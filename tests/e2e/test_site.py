@@ -1,0 +1,101 @@
+"""site.yml end to end on the simulated cluster: converge, idempotence, check mode, then faults.
+
+Tests run in file order and share one cluster: the converge test must pass first.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _fail_text(run) -> str:
+    return run.out[-6000:]
+
+
+def test_site_converges_all_stages(cluster):
+    run = cluster.playbook("site.yml")
+    assert run.rc == 0, _fail_text(run)
+    recap = run.recap()
+    assert set(recap) >= {"node1", "node2"}
+    assert all(r["failed"] == 0 and r["unreachable"] == 0 for r in recap.values()), recap
+    run_dirs = sorted((ROOT / "artifacts").glob("e2e-*"), key=lambda p: p.stat().st_mtime)
+    report = json.loads((run_dirs[-1] / "report.json").read_text())
+    assert report["ok"] is True, report
+    for stage in ("verify", "weights", "serve", "bench"):
+        assert stage in report["stages"], f"no {stage} results in {run_dirs[-1]}"
+    assert report["endpoint"] == f"http://{cluster.ip('node1')}:8000/v1"
+    assert "kimi-k2-sim" in report["smoke_answer"]
+
+
+def test_second_run_changes_nothing(cluster):
+    run = cluster.playbook("site.yml")
+    assert run.rc == 0, _fail_text(run)
+    recap = run.recap()
+    assert all(r["changed"] == 0 for r in recap.values()), (recap, run.changed_tasks())
+
+
+def test_check_diff_on_converged_cluster_reports_no_change(cluster):
+    run = cluster.playbook("site.yml", "--check", "--diff")
+    assert run.rc == 0, _fail_text(run)
+    recap = run.recap()
+    assert all(r["changed"] == 0 and r["failed"] == 0 for r in recap.values()), (recap, run.changed_tasks())
+
+
+def _fault(cluster, node: str, unit: str, fault: str):
+    cluster.node(node, "sh", "-c", f"mkdir -p /etc/llmb-enginesim && echo {fault} > /etc/llmb-enginesim/faults")
+    cluster.node(node, "systemctl", "restart", unit, check=False)
+
+
+def _clear(cluster):
+    for n in ("node1", "node2"):
+        cluster.node(n, "rm", "-f", "/etc/llmb-enginesim/faults")
+        cluster.node(n, "sh", "-c", "iptables -F OUTPUT")
+    for n, unit in (("node1", "llmb-ray"), ("node2", "llmb-ray"), ("node1", "llmb-vllm")):
+        cluster.node(n, "systemctl", "restart", unit, check=False)
+
+
+@pytest.fixture()
+def healed(cluster):
+    yield
+    _clear(cluster)
+    run = cluster.playbook("playbooks/serve.yml")
+    assert run.rc == 0, "could not heal the cluster after a fault test:\n" + _fail_text(run)
+
+
+def test_engine_exiting_at_start_names_host_and_shows_journal(cluster, healed):
+    _fault(cluster, "node1", "llmb-vllm", "exit_at_start")
+    run = cluster.playbook("playbooks/serve.yml")
+    assert run.rc != 0
+    assert "node1" in run.out and "llmb-vllm" in run.out
+    assert "exit" in run.out and "log lines" in run.out
+    assert "exit_at_start" in run.out or "Traceback" in run.out or "error" in run.out.lower()
+
+
+def test_worker_whose_head_is_unreachable_fails_with_cause(cluster, healed):
+    head = cluster.ip("node1")
+    cluster.node("node2", "iptables", "-A", "OUTPUT", "-p", "tcp", "-d", head, "--dport", "6379", "-j", "REJECT")
+    cluster.node("node2", "systemctl", "restart", "llmb-ray", check=False)
+    run = cluster.playbook("playbooks/serve.yml")
+    assert run.rc != 0
+    assert "node2" in run.out and "llmb-ray" in run.out
+    assert f"{head}:6379" in run.out  # the double's log line names the address it could not reach
+
+
+def test_endpoint_never_healthy_times_out_with_log_tail(cluster, healed):
+    _fault(cluster, "node1", "llmb-vllm", "never_healthy")
+    run = cluster.playbook("playbooks/serve.yml", "-e", "serve_health_timeout_s=20")
+    assert run.rc != 0
+    assert "node1" in run.out and "not ready within 20s" in run.out and "log lines" in run.out
+
+
+def test_smoke_answer_without_reasoning_content_fails(cluster, healed):
+    _fault(cluster, "node1", "llmb-vllm", "no_reasoning")
+    run = cluster.playbook("playbooks/serve.yml")
+    assert run.rc != 0
+    assert "node1: smoke test failed" in run.out and "reasoning-content" in run.out
+    assert "/chat/completions" in run.out
