@@ -326,7 +326,11 @@ def _matrix(checks, facts, profile, devs):
         ok = got in labels
         label = labels[0] if len(labels) == 1 else " or ".join(labels)
         hint = ""
-        if not ok:
+        more = [int(x[2:]) for x in labels if re.fullmatch(r"NV\d+", x)]
+        if not ok and got and re.fullmatch(r"NV\d+", got) and more and int(got[2:]) > max(more):
+            hint = (f"{a}<->{b} has more NVLinks ({got}) than the profile expects ({label}): this board is not a "
+                    f"{profile['name']}; set llmb_platform for this host to the matching profile")
+        elif not ok:
             if profile["vendor"] == "nvidia":
                 hint = (f"{a}<->{b} is {got or 'missing'}, not {label}: NVLinks are down or degraded; see "
                         f"`nvidia-smi nvlink -s -i {a[3:]}` and `nvidia-smi nvlink -e`; on NVSwitch systems check "
@@ -366,7 +370,10 @@ def _links(checks, facts, profile, devs):
         if slow:
             parts.append("slow: " + ",".join(slow))
         hint = ""
-        if not ok:
+        if not ok and len(active) > per_dev:
+            hint = (f"{d['name']} has more active links than the profile expects: this board is not a "
+                    f"{profile['name']}; set llmb_platform for this host to the matching profile")
+        elif not ok:
             if profile["vendor"] == "nvidia":
                 hint = (f"`nvidia-smi nvlink -s -i {d['index']}` shows the link state, `nvidia-smi nvlink -e -i "
                         f"{d['index']}` the error counters; reset the GPU, power-cycle, RMA if a link stays down")

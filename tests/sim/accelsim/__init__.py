@@ -1,4 +1,5 @@
-"""accelsim: a simulator of accelerator node tools (nvidia-smi, npu-smi, hccn_tool, amd-smi, rocm-smi).
+"""accelsim: a simulator of accelerator node tools (nvidia-smi, npu-smi, hccn_tool, amd-smi, rocm-smi,
+and the host's numactl -H / lscpu).
 
 Test code. Runs on simulated nodes (Debian bookworm, Python 3.11, standard library only): every
 invocation reads the node's profile and faults from ``$ACCELSIM_ROOT/etc/accelsim`` and renders

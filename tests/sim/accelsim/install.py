@@ -5,7 +5,9 @@
 - copies this package to /usr/local/lib/accelsim/accelsim
 - writes /etc/accelsim/profile (faults are kept when the profile is unchanged, reset otherwise)
 - installs wrappers into /usr/local/bin for the profile's vendor tools only (removes other vendors'
-  wrappers it installed earlier), plus `accelsim`; Ascend also gets
+  wrappers it installed earlier), plus `accelsim`, `numactl` and `lscpu` on every profile (these
+  answer the machine-describing forms from the profile and exec /usr/bin/numactl, /usr/bin/lscpu
+  for everything else; /usr/bin is never touched); Ascend also gets
   /usr/local/Ascend/driver/tools/hccn_tool and the driver's version.info
 - NVSwitch profiles: a simulated `nvidia-fabricmanager.service` (enabled and started under systemd)
 - a prebuilt libcuda stub (build/libcuda.so.1 next to this package) becomes
@@ -26,6 +28,7 @@ from .cli import sync_derived, systemd_running
 
 MARKER = "# accelsim wrapper (managed by install-accelsim.sh)"
 ALL_TOOLS = sorted({t for tools in profiles.VENDOR_TOOLS.values() for t in tools})
+HOST_TOOLS = ("lscpu", "numactl")  # every profile; the real tools stay in /usr/bin
 LIB_DIR = "usr/local/lib/accelsim"
 BIN_DIR = "usr/local/bin"
 HCCN_TOOL = "usr/local/Ascend/driver/tools/hccn_tool"
@@ -57,6 +60,14 @@ WantedBy=multi-user.target
 
 
 def wrapper(root: Path, tool: str) -> str:
+    if tool in HOST_TOOLS:  # decides before touching any state: other argv go to the real tool at once
+        return (
+            f"#!/usr/bin/python3 -S\n{MARKER}\n"
+            "import sys\n\n"
+            f"sys.path.insert(0, {str(root / LIB_DIR)!r})\n"
+            "from accelsim import host  # noqa: E402\n\n"
+            f"sys.exit(host.entry({tool!r}, {str(root)!r}))\n"
+        )
     call = "cli.entry()" if tool == "accelsim" else f"main.entry({tool!r})"
     module = "cli" if tool == "accelsim" else "main"
     return (
@@ -136,10 +147,10 @@ def install(profile_name: str, root: Path, src: Path, log: list[str]) -> None:
         if previous and previous != profile_name:
             log.append(f"profile changed {previous} -> {profile_name}: faults reset")
 
-    wanted = set(profiles.tools(profile))
-    for tool in [*ALL_TOOLS, "accelsim"]:
+    wanted = {*profiles.tools(profile), *HOST_TOOLS, "accelsim"}
+    for tool in [*ALL_TOOLS, *HOST_TOOLS, "accelsim"]:
         path = root / BIN_DIR / tool
-        if tool == "accelsim" or tool in wanted:
+        if tool in wanted:
             if write_if_changed(path, wrapper(root, tool), 0o755):
                 log.append(f"installed {path}")
         elif ours(path):

@@ -27,13 +27,16 @@ class Result:
         return self
 
 
-# tool -> (vendor, module, function); modules are imported only for the tool that runs.
+# tool -> (vendor or None for every vendor, module, function); modules are imported only for the
+# tool that runs.
 HANDLERS = {
     "nvidia-smi": ("nvidia", "nvidia_cli", "main"),
     "npu-smi": ("ascend", "ascend", "npu_smi_main"),
     "hccn_tool": ("ascend", "ascend", "hccn_tool_main"),
     "amd-smi": ("amd", "amd", "amd_smi_main"),
     "rocm-smi": ("amd", "amd", "rocm_smi_main"),
+    "numactl": (None, "host", "numactl_main"),
+    "lscpu": (None, "host", "lscpu_main"),
 }
 
 
@@ -68,7 +71,7 @@ def run(tool: str, argv: list[str]) -> tuple[int, str, str]:
     vendor, module, function = HANDLERS[tool]
     try:
         node = load_node()
-        if node.profile["vendor"] != vendor:
+        if vendor is not None and node.profile["vendor"] != vendor:
             result.fail(127, f"{tool}: command not found (simulated {node.profile['vendor']} node)")
         else:
             handler = getattr(importlib.import_module(f"{__package__}.{module}"), function)

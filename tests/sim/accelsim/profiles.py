@@ -1,4 +1,5 @@
-"""Profiles: what one simulated node has (data in profiles/*.json, device models in _devices.json)."""
+"""Profiles: what one simulated node has (data in profiles/*.json, device models in _devices.json,
+CPU models for lscpu/numactl in _cpus.json)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pathlib import Path
 
 PROFILE_DIR = Path(__file__).resolve().parent / "profiles"
 DEVICES_FILE = "_devices.json"
+CPUS_FILE = "_cpus.json"
 VENDOR_TOOLS = {
     "nvidia": ("nvidia-smi",),
     "ascend": ("npu-smi", "hccn_tool"),
@@ -30,8 +32,14 @@ def devices() -> dict:
 
 
 @cache
+def cpus() -> dict:
+    data = json.loads((PROFILE_DIR / CPUS_FILE).read_text())
+    return {k: v for k, v in data.items() if not k.startswith("_")}
+
+
+@cache
 def load(name: str) -> dict:
-    """The profile `name` with its device model merged in under the key ``device_spec``."""
+    """The profile `name` with its device model merged in under ``device_spec``, its CPU model under ``cpu_spec``."""
     path = PROFILE_DIR / f"{name}.json"
     if name.startswith("_") or not path.is_file():
         raise ProfileError(f"unknown profile {name!r}; known: {', '.join(list_profiles())}")
@@ -49,6 +57,14 @@ def load(name: str) -> dict:
             f"{path}: device {profile['device']!r} is a {spec['vendor']} device, profile is {vendor}"
         )
     profile["device_spec"] = spec
+    cpu = profile.get("cpu") or {}
+    cpu_spec = cpus().get(cpu.get("model", ""))
+    if cpu_spec is None:
+        raise ProfileError(f"{path}: cpu.model {cpu.get('model')!r} is not in {CPUS_FILE}")
+    memory = profile.get("numa_memory_mb")
+    if not isinstance(memory, list) or len(memory) != len(profile.get("numa_nodes", ())):
+        raise ProfileError(f"{path}: numa_memory_mb must list one size (MB) per entry of numa_nodes")
+    profile["cpu_spec"] = cpu_spec
     return profile
 
 

@@ -283,3 +283,30 @@ def test_report_lines_for_two_hosts():
     lines = report_lines([a, b])
     assert any(ln.startswith("gpu-a: links.GPU0: expected 18 active links at 26.562 GB/s, found 17 active") for ln in lines)
     assert any(ln.startswith("gpu-b: driver.version: expected >= 550.54.15, found 535.1.1.") for ln in lines)
+
+
+# --------------------------------------------------------------------------- bundles from real runs
+
+EXAMPLES = Path(__file__).resolve().parents[3] / "docs" / "examples"
+
+
+@pytest.mark.parametrize("platform, n", [("h100-x1", 1), ("h200-x2", 2)])
+def test_bundles_probed_on_real_machines_pass(platform, n):
+    """docs/examples/verify-real-*/bundle: raw outputs accel_probe collected on the lent H100 / 2x H200."""
+    bundle = EXAMPLES / f"verify-real-{platform}" / "bundle"
+    r = run(read_bundle(str(bundle)), platform)
+    assert r["ok"], report_lines([r])
+    ids = {c["id"]: c for c in r["checks"]}
+    assert ids["cuda.init"]["found"] == f"cuInit 0, {n} devices"
+    assert ids["device.count"]["found"] == f"{n} devices"
+    if n == 2:
+        assert ids["interconnect.GPU0-GPU1"]["found"] == "NV18"
+
+
+def test_real_h200_bundle_with_h800_expectations_says_wrong_profile():
+    bundle = EXAMPLES / "verify-real-h200-x2" / "bundle"
+    profile = load_profile("h200-x2", overrides={"interconnect": {"matrix": {"default": ["NV8"]}, "links_per_device": 8}})
+    checks = verify(build_facts(read_bundle(str(bundle))), profile)
+    f = {c["id"]: c for c in checks if not c["ok"]}
+    assert sorted(f) == ["interconnect.GPU0-GPU1", "links.GPU0", "links.GPU1"]
+    assert "more NVLinks (NV18) than the profile expects (NV8)" in f["interconnect.GPU0-GPU1"]["hint"]

@@ -63,7 +63,12 @@ def test_install_nvswitch_profile(src, root):
     out = install(src, root, "h800-hgx8").stdout
     assert "installed" in out
     assert (root / "etc/accelsim/profile").read_text() == "h800-hgx8\n"
-    assert sorted(p.name for p in (root / "usr/local/bin").iterdir()) == ["accelsim", "nvidia-smi"]
+    assert sorted(p.name for p in (root / "usr/local/bin").iterdir()) == [
+        "accelsim",
+        "lscpu",
+        "numactl",
+        "nvidia-smi",
+    ]
     unit = (root / "etc/systemd/system/nvidia-fabricmanager.service").read_text()
     assert "ExecStart=/usr/local/sbin/nv-fabricmanager" in unit
     proc = tool(root, "nvidia-smi", "topo", "-m")
@@ -97,16 +102,61 @@ def test_switching_vendor_swaps_the_tools(src, root):
     out = install(src, root, "a3-16npu").stdout
     assert "removed" in out
     names = sorted(p.name for p in (root / "usr/local/bin").iterdir())
-    assert names == ["accelsim", "hccn_tool", "npu-smi", "other-tool"]
+    assert names == ["accelsim", "hccn_tool", "lscpu", "npu-smi", "numactl", "other-tool"]
     assert not (root / "etc/systemd/system/nvidia-fabricmanager.service").exists()
     assert (root / "usr/local/Ascend/driver/version.info").read_text().startswith("Version=25.2.0\n")
     proc = tool(root, "hccn_tool", "-i", "3", "-ip", "-g", path="usr/local/Ascend/driver/tools")
     assert proc.stdout == "ipaddr:192.168.103.7\nnetmask:255.255.255.0\n"
     install(src, root, "mi300x-8")
     names = sorted(p.name for p in (root / "usr/local/bin").iterdir())
-    assert names == ["accelsim", "amd-smi", "other-tool", "rocm-smi"]
+    assert names == ["accelsim", "amd-smi", "lscpu", "numactl", "other-tool", "rocm-smi"]
     assert not (root / "usr/local/Ascend/driver/version.info").exists()
     assert tool(root, "rocm-smi", "--showtopo").returncode == 0
+
+
+FAKE_REAL_TOOL = """#!/bin/sh
+echo "real $(basename "$0") args=$* root=${ACCELSIM_ROOT:-unset}"
+"""
+
+
+def fake_real_tools(root: Path) -> None:
+    """Stand-ins for /usr/bin/numactl and /usr/bin/lscpu that report how they were called."""
+    for name in ("numactl", "lscpu"):
+        path = root / "usr/bin" / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(FAKE_REAL_TOOL)
+        path.chmod(0o755)
+
+
+def test_host_tools_answer_from_the_profile_and_pass_the_rest_through(src, root):
+    fake_real_tools(root)
+    install(src, root, "h800-hgx8")
+    proc = tool(root, "numactl", "-H")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("available: 2 nodes (0-1)\nnode 0 cpus: 0 1 2 ")
+    assert tool(root, "lscpu").stdout.startswith("Architecture:                         x86_64\n")
+    assert '"data": "Intel(R) Xeon(R) Platinum 8462Y+"' in tool(root, "lscpu", "-J").stdout
+    # Anything else runs the real tool with the same argv, without the simulator's environment.
+    proc = tool(root, "numactl", "--cpunodebind=0", "--membind=0", "echo", "hi")
+    assert proc.stdout == "real numactl args=--cpunodebind=0 --membind=0 echo hi root=unset\n"
+    assert tool(root, "lscpu", "-p=cpu,node").stdout == "real lscpu args=-p=cpu,node root=unset\n"
+    # Another vendor keeps the host wrappers and never touches /usr/bin.
+    install(src, root, "a3-16npu")
+    assert tool(root, "numactl", "-H").stdout.startswith("available: 8 nodes (0-7)\n")
+    install(src, root, "mi300x-8")
+    assert (root / "usr/bin/numactl").read_text() == FAKE_REAL_TOOL
+    assert (root / "usr/bin/lscpu").read_text() == FAKE_REAL_TOOL
+
+
+def test_host_tools_without_the_real_binary(src, root):
+    install(src, root, "h100-x1")
+    proc = tool(root, "numactl", "--physcpubind=0", "true")
+    assert proc.returncode == 127
+    assert "cannot run the real tool" in proc.stderr and "-H/--hardware" in proc.stderr
+    assert tool(root, "numactl", "-H").stdout.startswith("available: 1 nodes (0)\n")
+    (root / "etc/accelsim/profile").unlink()  # the simulated forms fail loudly without a profile
+    proc = tool(root, "lscpu", "-J")
+    assert proc.returncode == 2 and "no simulator profile" in proc.stderr and not proc.stdout
 
 
 def test_unknown_profile_is_refused(src, root):

@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 
 import pytest
-from sim.accelsim import ascend, main
+from sim.accelsim import ascend, host, main, profiles
 
 
 def fixtures_dir() -> Path:
@@ -140,3 +140,27 @@ def test_nvidia_query_matches_public_h200(node):
         "nvidia-smi", "--query-gpu=index,name,memory.total,driver_version,power.limit,pstate", "--format=csv"
     )
     assert ours == capture("nvidia-smi-query/h200-8gpu-query-csv-power-pstate-570.txt")
+
+
+def test_lscpu_a3_kunpeng(node):
+    """The A3 profile's CPU block is the public A3 capture (4x Kunpeng 920 5250Y, 8 NUMA nodes)."""
+    node.use("a3-16npu")
+    assert node.out("lscpu") == capture("lscpu/kunpeng920-4socket-8numa-a3-vllm-ascend-3002.txt")
+
+
+def test_numactl_two_nodes_layout():
+    """A 2-socket numactl -H (EPYC distance 32): the capture's nodes and sizes give its bytes (free aside)."""
+    expected = capture("numactl/2node-48cpu-unbalanced-free-zh-notes.txt")
+    profile = {
+        "name": "capture",
+        "numa_nodes": ["0-23", "24-47"],
+        "numa_memory_mb": [580352, 580512],
+        "cpu": {"sockets": 2, "threads_per_core": 1},
+        "cpu_spec": profiles.cpus()["epyc-9454"],
+    }
+    ours = host.render_numactl_hardware(host.topology(profile))
+
+    def fixed(text: str) -> list[str]:
+        return [line for line in text.split("\n") if not re.match(r"node \d+ free: ", line)]
+
+    assert fixed(ours) == fixed(expected)

@@ -10,7 +10,8 @@ from __future__ import annotations
 import os
 import re
 
-from . import KINDS, ParseError, detect_kind, split_capture
+from ._text import ParseError, split_capture
+from .kinds import KINDS, detect_kind
 
 _HCCN_CMD = re.compile(r"hccn_tool\s+-i\s+(\d+)\s+-(\w+)")
 

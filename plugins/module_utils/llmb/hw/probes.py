@@ -206,17 +206,28 @@ def run_one(probe: dict, timeout: float) -> dict | None:
 
 
 def hccn_devices(npu_smi_stdout: str) -> list[int]:
-    """Device ids for hccn_tool -i: /dev/davinciN when present, else the chips npu-smi lists."""
+    """Device ids for hccn_tool -i: /dev/davinciN when present, else the chips `npu-smi info` lists.
+
+    Reads only the device rows (Phy-ID on A3, the NPU id on A2); the full parser stays on the
+    controller (this runs on the node, where only this file ships with accel_probe).
+    """
     ids = sorted(int(m.group(1)) for p in glob.glob("/dev/davinci*") if (m := re.fullmatch(r".*/davinci(\d+)", p)))
     if ids:
         return ids
-    try:
-        from .ascend import parse_npu_smi
-
-        npus = parse_npu_smi(npu_smi_stdout)["npus"]
-    except ValueError:
-        return []
-    return [n["phy_id"] if n["phy_id"] is not None else n["npu"] for n in npus]
+    bus = re.compile(r"^[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f]$")
+    npu = None
+    for line in npu_smi_stdout.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) != 3:
+            continue  # banners, separators, the process table
+        toks = cells[0].split()
+        if toks and toks[0].isdigit() and bus.match(cells[1]):
+            dev = int(toks[1]) if len(toks) > 1 and toks[1].isdigit() else npu
+            if dev is not None:
+                ids.append(dev)
+        elif len(toks) >= 2 and toks[0].isdigit():
+            npu = int(toks[0])
+    return ids
 
 
 def hccn_probes(devices: list[int], queries=None) -> list[dict]:

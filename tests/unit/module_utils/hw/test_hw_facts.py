@@ -56,6 +56,9 @@ def test_hccn_devices_from_npu_smi():
     if any(os.path.exists(f"/dev/davinci{i}") for i in range(16)):
         pytest.skip("this machine has Ascend devices")
     assert hccn_devices(split_capture(text)[1]) == list(range(16))
+    a2 = (FIXTURES / "public/npu-smi/910b3-8npu-idle-24.1rc1-ms-swift.txt").read_text()
+    assert hccn_devices(split_capture(a2)[1]) == list(range(8))
+    assert hccn_devices("dcmi module initialize failed. ret is -8005\n") == []
 
 
 def _stub(bindir, name, cases):

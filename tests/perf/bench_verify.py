@@ -1,0 +1,137 @@
+#!/usr/bin/env python3
+"""The verify stage on N simulated nodes (default 16) against a plain parallel SSH loop running the
+same probe commands.
+
+Brings up a simulated cluster (scripts/sim-cluster, profile h800-hgx8 by default), then in one run
+measures, after a warm-up that opens the SSH control connections on both sides:
+  1. plain parallel SSH loop: every host in parallel, one multiplexed `ssh` per probe command
+     (the same commands accel_probe runs: nvidia-smi -q -x / --query-gpu / topo -m / nvlink -s,
+     /proc/driver/nvidia/version, systemctl is-active nvidia-fabricmanager, the CUDA-init probe,
+     numactl -H, lscpu -J, numa_balancing, the sysfs PCI scan), outputs kept, nothing parsed;
+  2. the same commands as one shell script per host (one ssh each), for reference;
+  3. ansible-playbook playbooks/verify.yml (stock linear strategy, pipelining, ControlPersist),
+     which also parses, compares with the profile and writes every result file;
+  4. the same with Mitogen's strategy (opt-in; --no-mitogen to skip).
+Prints the seconds of each and the ratio to the SSH loop. No absolute time is asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "plugins" / "module_utils"))
+from llmb.hw.probes import CUDA_PROBE, HOST_PROBES, VENDOR_PROBES  # noqa: E402
+from perf_common import ansible_env, cluster, inventory_hosts  # noqa: E402
+
+PCI_SCAN = ("for d in /sys/bus/pci/devices/*; do c=$(cat $d/class); case $c in 0x0300*|0x0302*|0x1200*|0x0207*) "
+            "echo \"$d class=$c numa=$(cat $d/numa_node) vendor=$(cat $d/vendor) device=$(cat $d/device) "
+            "cpus=$(cat $d/local_cpulist)\";; esac; done")
+# What the simulator does not model (see molecule/verify/molecule.yml), so that the run passes.
+OVERRIDES = {"numa": {"nodes": None}, "settings": {"numa_balancing": None},
+             "rdma": {"nics": 4, "rail_per_device": False}}
+
+
+def probe_commands(vendor: str = "nvidia") -> list[str]:
+    """Shell command lines equivalent to accel_probe's probes for the vendor."""
+    cmds = []
+    for p in HOST_PROBES + VENDOR_PROBES[vendor]:
+        if p["file"]:
+            cmds.append(f"cat {p['file']}")
+        elif p["internal"] == "pci":
+            cmds.append(PCI_SCAN)
+        elif p["internal"] == "fm-proc":
+            cmds.append("pgrep -a nv-fabricmanage || true")
+        elif p["internal"] == "cuda":
+            cmds.append("python3 -c " + shlex.quote(CUDA_PROBE))
+        elif p["optional"]:
+            cmds.append(f"command -v {p['argv'][0]} >/dev/null && {shlex.join(p['argv'])} || true")
+        else:
+            cmds.append(shlex.join(p["argv"]) + " || true")
+    return cmds
+
+
+def ssh_args(h: dict, cp: Path) -> list[str]:
+    return ["ssh", "-i", h["key"], "-o", f"UserKnownHostsFile={h['known_hosts']}", "-o", "BatchMode=yes",
+            "-o", "ControlMaster=auto", "-o", f"ControlPath={cp}/%C", "-o", "ControlPersist=120", f"root@{h['ip']}"]
+
+
+def run_ssh(hosts: list[dict], cmds: list[str], one_script: bool) -> float:
+    cp = Path(tempfile.mkdtemp(prefix="llmb-vcp-"))
+
+    def one_host(h: dict) -> int:
+        out = 0
+        batches = ["\n".join(cmds)] if one_script else cmds
+        for c in batches:
+            r = subprocess.run([*ssh_args(h, cp), c], capture_output=True, check=False)
+            out += len(r.stdout)
+        return out
+
+    with ThreadPoolExecutor(len(hosts)) as ex:  # warm-up: control masters up
+        list(ex.map(lambda h: subprocess.run([*ssh_args(h, cp), "true"], check=True), hosts))
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(len(hosts)) as ex:
+        sizes = list(ex.map(one_host, hosts))
+    dt = time.perf_counter() - t0
+    for h in hosts:
+        subprocess.run([*ssh_args(h, cp)[:-1], "-O", "exit", f"root@{h['ip']}"], capture_output=True, check=False)
+    if min(sizes) < 10000:
+        raise SystemExit(f"the SSH loop got too little output ({min(sizes)} bytes from one host): probes failed?")
+    return dt
+
+
+def run_verify(inv: Path, platform: str, mitogen: bool, out: Path) -> float:
+    env = ansible_env(mitogen=mitogen)
+    subprocess.run([str(ROOT / ".venv/bin/ansible"), "-i", str(inv), "accel_nodes", "-m", "ansible.builtin.ping"],
+                   env=env, cwd=ROOT, capture_output=True, check=True)
+    argv = [str(ROOT / ".venv/bin/ansible-playbook"), "-i", str(inv), "playbooks/verify.yml",
+            "-e", f"llmb_platform={platform}", "-e", f"llmb_artifacts_dir={out}",
+            "-e", json.dumps({"verify_profile_overrides": OVERRIDES})]
+    t0 = time.perf_counter()
+    p = subprocess.run(argv, env=env, cwd=ROOT, capture_output=True, text=True, check=False)
+    dt = time.perf_counter() - t0
+    if p.returncode != 0:
+        raise SystemExit(f"verify failed:\n{p.stdout[-3000:]}\n{p.stderr[-2000:]}")
+    summary = json.loads((out / "verify" / "summary.json").read_text())
+    if not summary["ok"]:
+        raise SystemExit(f"verify reported deviations: {summary['report'][:5]}")
+    return dt
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--nodes", type=int, default=16)
+    ap.add_argument("--profile", default="h800-hgx8")
+    ap.add_argument("--no-mitogen", action="store_true")
+    ap.add_argument("--keep", action="store_true", help="leave the cluster up")
+    a = ap.parse_args()
+    cmds = probe_commands("nvidia")
+    with cluster("perf-verify", a.nodes, a.profile, keep=a.keep) as inv, tempfile.TemporaryDirectory() as tmp:
+        hosts = inventory_hosts(inv)
+        res = {
+            "ssh loop (one ssh per command)": run_ssh(hosts, cmds, one_script=False),
+            "ssh (one script per host)": run_ssh(hosts, cmds, one_script=True),
+            "verify.yml (linear, pipelining)": run_verify(inv, a.profile, False, Path(tmp) / "linear"),
+        }
+        if not a.no_mitogen:
+            res["verify.yml (mitogen_linear)"] = run_verify(inv, a.profile, True, Path(tmp) / "mitogen")
+    base = res["ssh loop (one ssh per command)"]
+    print(f"\nverify on {len(hosts)} simulated {a.profile} nodes; {len(cmds)} probe commands per node")
+    print(f"{'runner':34} {'seconds':>8} {'x ssh loop':>11}")
+    for k, v in res.items():
+        print(f"{k:34} {v:8.2f} {v / base:11.2f}")
+    print(f"ratio verify.yml / ssh loop: {res['verify.yml (linear, pipelining)'] / base:.2f} (target <= 2)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

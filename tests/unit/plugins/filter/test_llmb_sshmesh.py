@@ -1,0 +1,56 @@
+"""plugins/filter/llmb_sshmesh.py: the role-facing shims (registered loop results -> rows, errors)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+from ansible.errors import AnsibleFilterError
+
+SPEC = importlib.util.spec_from_file_location(
+    "llmb_sshmesh_filter", Path(__file__).resolve().parents[4] / "plugins" / "filter" / "llmb_sshmesh.py")
+mod = importlib.util.module_from_spec(SPEC)
+SPEC.loader.exec_module(mod)
+F = mod.FilterModule().filters()
+
+
+def pair(target, ok=True):
+    return {"target": target, "address": "10.0.0.9", "port": 22, "ok": ok, "rc": 0, "output": "",
+            "error": "" if ok else "refused", "hint": "h", "attempts": 1, "seconds": 0.0}
+
+
+HOSTVARS = {
+    "n1": {"__ssh_mesh_check": {"results": [{"item": 22, "pairs": [pair("n2")]},
+                                            {"item": 2233, "pairs": [pair("n2", False)]}]}},
+    "n2": {"__ssh_mesh_check": {"results": [{"item": 22, "pairs": [pair("n1")]},
+                                            {"item": 2233, "pairs": [pair("n1")]}]}},
+    "n3": {},
+}
+
+
+def test_rows_per_port_and_bad_count():
+    rows = F["llmb_ssh_mesh_rows"](HOSTVARS, ["n1", "n2"], "__ssh_mesh_check", 22)
+    assert rows == {"n1": [pair("n2")], "n2": [pair("n1")]}
+    assert F["llmb_ssh_mesh_bad_pairs"](rows) == 0
+    assert F["llmb_ssh_mesh_rows_bad"](2233, HOSTVARS, ["n1", "n2"], "__ssh_mesh_check") == 1
+    # a node that has no result counts as bad (it failed before the check)
+    assert F["llmb_ssh_mesh_rows_bad"](22, HOSTVARS, ["n1", "n2", "n3"], "__ssh_mesh_check") == 1
+
+
+def test_matrix_text_and_failures():
+    rows = F["llmb_ssh_mesh_rows"](HOSTVARS, ["n1", "n2"], "__ssh_mesh_check", "2233")
+    assert "1/2 ordered pairs ok" in F["llmb_ssh_mesh_matrix"](rows, "2233")
+    assert F["llmb_ssh_mesh_failures"](rows["n1"], "n1")[0].startswith("n1 -> n2 (10.0.0.9:22)")
+
+
+def test_bad_input_is_a_filter_error():
+    with pytest.raises(AnsibleFilterError, match="ssh_mesh: not IP addresses"):
+        F["llmb_ssh_authorized_line"]("ssh-ed25519 AAAA", ["node1"])
+    assert F["llmb_ssh_not_addresses"](["10.0.0.1", "node1", "10.0.0.0/8"]) == ["node1"]
+
+
+def test_known_hosts_for_container_port_as_string():
+    nodes = [{"names": ["n1"], "host_key": "ssh-ed25519 AAAA1", "sshd_host_key": "ssh-ed25519 AAAA2"}]
+    assert F["llmb_ssh_known_hosts_for"](nodes, "22", "2233") == "n1 ssh-ed25519 AAAA1\n[n1]:2233 ssh-ed25519 AAAA2\n"
+    assert F["llmb_ssh_known_hosts_for"](nodes, 22, None) == "n1 ssh-ed25519 AAAA1\n"
