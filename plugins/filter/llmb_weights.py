@@ -2,6 +2,7 @@
 
     plan: "{{ weights_strategy | llmb_weights_plan(ansible_play_hosts, complete_hosts, seed) }}"
     senders: "{{ plan | llmb_weights_senders }}"            # hosts that serve a copy to a peer
+    servers: "{{ plan | llmb_weights_relay_servers }}"      # hosts that run the relay HTTP server
     patches: "{{ profile | llmb_weights_patches(llmb_engine, llmb_platform) }}"
 """
 
@@ -16,7 +17,7 @@ _MODULE_UTILS = str(Path(__file__).resolve().parents[1] / "module_utils")
 if _MODULE_UTILS not in sys.path:
     sys.path.insert(0, _MODULE_UTILS)
 
-from llmb.weights.plan import PlanError, fetch_plan, hub_fetchers, senders  # noqa: E402
+from llmb.weights.plan import PlanError, fetch_plan, hub_fetchers, relay_servers, senders  # noqa: E402
 
 
 def llmb_weights_plan(strategy, hosts, complete=(), seed=None):
@@ -28,6 +29,10 @@ def llmb_weights_plan(strategy, hosts, complete=(), seed=None):
 
 def llmb_weights_senders(plan):
     return senders(plan)
+
+
+def llmb_weights_relay_servers(plan):
+    return relay_servers(plan)
 
 
 def llmb_weights_hub_fetchers(plan):
@@ -58,5 +63,6 @@ class FilterModule:
             "llmb_weights_plan": llmb_weights_plan,
             "llmb_weights_senders": llmb_weights_senders,
             "llmb_weights_hub_fetchers": llmb_weights_hub_fetchers,
+            "llmb_weights_relay_servers": llmb_weights_relay_servers,
             "llmb_weights_patches": llmb_weights_patches,
         }

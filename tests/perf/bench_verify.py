@@ -18,8 +18,10 @@ Prints the seconds of each and the ratio to the SSH loop. No absolute time is as
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import shlex
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -37,7 +39,7 @@ PCI_SCAN = ("for d in /sys/bus/pci/devices/*; do c=$(cat $d/class); case $c in 0
             "echo \"$d class=$c numa=$(cat $d/numa_node) vendor=$(cat $d/vendor) device=$(cat $d/device) "
             "cpus=$(cat $d/local_cpulist)\";; esac; done")
 # What the simulator does not model (see molecule/verify/molecule.yml), so that the run passes.
-OVERRIDES = {"numa": {"nodes": None}, "settings": {"numa_balancing": None},
+OVERRIDES = {"settings": {"numa_balancing": None},
              "rdma": {"nics": 4, "rail_per_device": False}}
 
 
@@ -113,22 +115,31 @@ def main() -> int:
     ap.add_argument("--profile", default="h800-hgx8")
     ap.add_argument("--no-mitogen", action="store_true")
     ap.add_argument("--keep", action="store_true", help="leave the cluster up")
+    ap.add_argument("--inventory", type=Path, help="use this running cluster's inventory (sim-cluster inventory)")
+    ap.add_argument("--repeat", type=int, default=3, help="runs of each side, interleaved; the median is shown")
     a = ap.parse_args()
     cmds = probe_commands("nvidia")
-    with cluster("perf-verify", a.nodes, a.profile, keep=a.keep) as inv, tempfile.TemporaryDirectory() as tmp:
+    ctx = contextlib.nullcontext(a.inventory) if a.inventory else cluster("perf-verify", a.nodes, a.profile, keep=a.keep)
+    runs: dict[str, list[float]] = {}
+    with ctx as inv, tempfile.TemporaryDirectory() as tmp:
         hosts = inventory_hosts(inv)
-        res = {
-            "ssh loop (one ssh per command)": run_ssh(hosts, cmds, one_script=False),
-            "ssh (one script per host)": run_ssh(hosts, cmds, one_script=True),
-            "verify.yml (linear, pipelining)": run_verify(inv, a.profile, False, Path(tmp) / "linear"),
-        }
-        if not a.no_mitogen:
-            res["verify.yml (mitogen_linear)"] = run_verify(inv, a.profile, True, Path(tmp) / "mitogen")
+        for i in range(a.repeat):
+            for name, fn in (
+                ("ssh loop (one ssh per command)", lambda: run_ssh(hosts, cmds, one_script=False)),
+                ("ssh (one script per host)", lambda: run_ssh(hosts, cmds, one_script=True)),
+                ("verify.yml (linear, pipelining)", lambda i=i: run_verify(inv, a.profile, False, Path(tmp) / f"l{i}")),
+                ("verify.yml (mitogen_linear)", lambda i=i: run_verify(inv, a.profile, True, Path(tmp) / f"m{i}")),
+            ):
+                if a.no_mitogen and "mitogen" in name:
+                    continue
+                runs.setdefault(name, []).append(fn())
+    res = {k: statistics.median(v) for k, v in runs.items()}
     base = res["ssh loop (one ssh per command)"]
-    print(f"\nverify on {len(hosts)} simulated {a.profile} nodes; {len(cmds)} probe commands per node")
+    print(f"\nverify on {len(hosts)} simulated {a.profile} nodes; {len(cmds)} probe commands per node; "
+          f"median of {a.repeat} interleaved runs (all runs in seconds in brackets)")
     print(f"{'runner':34} {'seconds':>8} {'x ssh loop':>11}")
     for k, v in res.items():
-        print(f"{k:34} {v:8.2f} {v / base:11.2f}")
+        print(f"{k:34} {v:8.2f} {v / base:11.2f}   [{', '.join(f'{x:.1f}' for x in runs[k])}]")
     print(f"ratio verify.yml / ssh loop: {res['verify.yml (linear, pipelining)'] / base:.2f} (target <= 2)")
     return 0
 

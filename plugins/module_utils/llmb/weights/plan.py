@@ -86,3 +86,13 @@ def hub_fetchers(plan: dict[str, dict]) -> list[str]:
 
 def senders(plan: dict[str, dict]) -> list[str]:
     return sorted({e["source"] for e in plan.values() if e["action"] == "fetch" and e["source"] not in (None, "hub")})
+
+
+def relay_servers(plan: dict[str, dict]) -> list[str]:
+    """Hosts that must answer over HTTP during a relay: the senders, and every host a receiver
+    waits for (a sender's previous receiver may be a receiver only)."""
+    out = set(senders(plan))
+    for e in plan.values():
+        if e["action"] == "fetch" and e["source"] not in (None, "hub"):
+            out.update(e["wait_for"])
+    return sorted(out)

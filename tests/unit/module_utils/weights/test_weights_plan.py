@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from llmb.weights.plan import PlanError, fetch_plan, hub_fetchers, rounds, senders
+from llmb.weights.plan import PlanError, fetch_plan, hub_fetchers, relay_servers, rounds, senders
 
 H = [f"n{i}" for i in range(1, 17)]
 
@@ -18,6 +18,10 @@ def test_relay_four_nodes_from_scratch():
         "n3": {"action": "fetch", "source": "n1", "round": 2, "wait_for": ["n1", "n2"]},
         "n4": {"action": "fetch", "source": "n2", "round": 2, "wait_for": ["n2"]},
     }
+    assert senders(p) == ["n1", "n2"] and relay_servers(p) == ["n1", "n2"]
+    three = fetch_plan("relay", H[:3])
+    # n3 waits for n2 (n1's previous receiver), which sends nothing: it must answer all the same
+    assert senders(three) == ["n1"] and relay_servers(three) == ["n1", "n2"]
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 7, 8, 9, 16])

@@ -1,0 +1,52 @@
+"""Filters of the engine_image role (controller side); the logic is llmb.images.
+
+    ref:  "{{ 'vllm/vllm-openai:v0.19.1' | llmb_image_parse }}"     # registry, path, tag, repository, name
+    pull: "{{ image | llmb_image_pull_ref(digest, mirror) }}"        # <registry or mirror>/<path>@<digest>
+    hint: "{{ stderr | llmb_image_pull_hint }}"
+    ok:   "{{ digest | llmb_is_digest }}"
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from ansible.errors import AnsibleFilterError
+
+_MODULE_UTILS = str(Path(__file__).resolve().parents[1] / "module_utils")
+if _MODULE_UTILS not in sys.path:
+    sys.path.insert(0, _MODULE_UTILS)
+
+from llmb import images  # noqa: E402
+
+
+def llmb_image_parse(reference):
+    try:
+        return images.parse(str(reference)).to_dict()
+    except images.ImageError as err:
+        raise AnsibleFilterError(f"engine_image: {err}") from None
+
+
+def llmb_image_pull_ref(image, digest, mirror=""):
+    try:
+        return images.pull_ref(str(image), str(digest or ""), str(mirror or ""))
+    except images.ImageError as err:
+        raise AnsibleFilterError(f"engine_image: {err}") from None
+
+
+def llmb_image_pull_hint(stderr):
+    return images.diagnose_pull(str(stderr or ""))
+
+
+def llmb_is_digest(value):
+    return images.is_digest(str(value or ""))
+
+
+class FilterModule:
+    def filters(self):
+        return {
+            "llmb_image_parse": llmb_image_parse,
+            "llmb_image_pull_ref": llmb_image_pull_ref,
+            "llmb_image_pull_hint": llmb_image_pull_hint,
+            "llmb_is_digest": llmb_is_digest,
+        }
