@@ -35,7 +35,7 @@ options:
     description: ssh client configuration file (C(-F)); empty for the user's own.
     type: path
   timeout:
-    description: ConnectTimeout in seconds (each attempt gets 5 s more in all).
+    description: ConnectTimeout in seconds; an attempt may take twice that plus 10 s in all.
     type: int
     default: 10
   parallel:

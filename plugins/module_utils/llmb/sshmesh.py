@@ -315,7 +315,7 @@ def check_pairs(targets: list[dict], *, port: int = 22, user: str = "", config: 
         rc, out, err = 255, "", ""
         tries = 0
         for tries in range(1, max(1, attempts) + 1):
-            rc, out, err = run(argv, timeout + 5)
+            rc, out, err = run(argv, 2 * timeout + 10)
             if rc == 0 or not any(s in err for s in TRANSIENT):
                 break
             time.sleep(0.2 * tries)
