@@ -3,7 +3,6 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-
 from llmb.bench import gate, percentile, run_bench
 from llmb.report import write_report
 

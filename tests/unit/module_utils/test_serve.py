@@ -1,9 +1,15 @@
 import shlex
 
 import pytest
-
-from llmb.serve import (SPEC_LABEL, container_verdict, docker_run_argv, parse_systemctl_show, spec_hash,
-                        systemd_exec, unit_verdict)
+from llmb.serve import (
+    SPEC_LABEL,
+    container_verdict,
+    docker_run_argv,
+    parse_systemctl_show,
+    spec_hash,
+    systemd_exec,
+    unit_verdict,
+)
 
 
 def systemd_split(line: str) -> list[str]:

@@ -85,3 +85,11 @@ def test_two_hosts_fail_once_listing_both(stub_path, tmp_path):
     assert "node-b: device.model: expected every device matches /^NVIDIA H100 80GB HBM3$/" in out
     summary = json.loads((tmp_path / "verify" / "summary.json").read_text())
     assert summary["failed_hosts"] == ["node-a", "node-b"]
+
+
+def test_check_mode_runs_the_same_read_only_probe(stub_path, tmp_path):
+    r = play(stub_path, "--check", "-i", "localhost,", "-c", "local", "-e", "llmb_platform=h200-x2",
+             "-e", f"llmb_artifacts_dir={tmp_path}")
+    assert r.returncode == 0, r.stdout[-3000:]
+    assert "changed=0" in r.stdout
+    assert json.loads((tmp_path / "verify" / "localhost.json").read_text())["ok"] is True
