@@ -6,6 +6,7 @@
     text: "{{ nodes | llmb_ssh_known_hosts_for(22, 2233, ansible_check_mode, header) }}"
     bad:  "{{ addresses | llmb_ssh_not_addresses }}"
     n:    "{{ rows | llmb_ssh_mesh_bad_pairs }}"
+    nodes: "{{ hostvars | llmb_ssh_mesh_targets(groups.accel_nodes) }}"           # [{name, address}]
     rows: "{{ hostvars | llmb_ssh_mesh_rows(nodes, '__ssh_mesh_check', port) }}"   # {source: [pairs]}
     text: "{{ rows | llmb_ssh_mesh_matrix(port) }}"
     msgs: "{{ pairs | llmb_ssh_mesh_failures(inventory_hostname) }}"
@@ -68,6 +69,16 @@ def llmb_ssh_mesh_bad_pairs(rows):
     return sum((0 if pairs else 1) + sum(1 for r in pairs if not r["ok"]) for pairs in dict(rows).values())
 
 
+def llmb_ssh_mesh_targets(hostvars, nodes):
+    """[{name, address}] of the nodes: llmb_node_ip, else ansible_host, else the inventory name."""
+    out = []
+    for node in nodes:
+        hv = hostvars[node]
+        address = hv.get("llmb_node_ip") or hv.get("ansible_host") or node
+        out.append({"name": str(node), "address": str(address)})
+    return out
+
+
 def llmb_ssh_mesh_rows_bad(port, hostvars, nodes, register_name):
     """Failed or missing pairs on one port (argument order suits map('llmb_ssh_mesh_rows_bad', ...))."""
     return llmb_ssh_mesh_bad_pairs(llmb_ssh_mesh_rows(hostvars, nodes, register_name, port))
@@ -113,6 +124,7 @@ class FilterModule:
                 llmb_ssh_not_addresses,
                 llmb_ssh_mesh_bad_pairs,
                 llmb_ssh_mesh_rows_bad,
+                llmb_ssh_mesh_targets,
                 llmb_ssh_mesh_rows,
                 llmb_ssh_mesh_matrix,
                 llmb_ssh_mesh_failures,

@@ -11,8 +11,9 @@ short_description: SSH from this node to every other node with BatchMode, in par
 description:
   - Runs C(ssh -o BatchMode=yes -o StrictHostKeyChecking=yes ... <address> hostname) to each of
     O(targets) at once (up to O(parallel) at a time) and returns one result per target: this node's
-    row of the cluster's ordered-pair matrix. It never changes anything and reports failed pairs
-    as data (RV(failed_pairs)); the caller decides to fail.
+    row of the cluster's ordered-pair matrix. It never changes anything. Failed pairs are data
+    (RV(failed_pairs)) unless O(fail_on_error) is set: then the module fails with one message per
+    failed pair, naming both ends, and still returns RV(pairs).
   - Transient failures caused by sshd's MaxStartups limit (many nodes connecting at once) are
     retried up to O(attempts) times; refusals, timeouts and key errors are not.
 version_added: "0.1.0"
@@ -59,6 +60,10 @@ options:
     type: list
     elements: str
     default: []
+  fail_on_error:
+    description: Fail when any pair fails (the message names this node, each target and the cause).
+    type: bool
+    default: false
 attributes:
   check_mode:
     support: full
@@ -101,7 +106,7 @@ import socket
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.llmb.sshmesh import check_pairs, rotate
+from ansible.module_utils.llmb.sshmesh import check_pairs, failures, rotate
 
 
 def main() -> None:
@@ -117,6 +122,7 @@ def main() -> None:
             "command": {"type": "str", "default": "hostname"},
             "me": {"type": "str", "default": ""},
             "order": {"type": "list", "elements": "str", "default": []},
+            "fail_on_error": {"type": "bool", "default": False},
         },
         supports_check_mode=True,
     )
@@ -131,13 +137,16 @@ def main() -> None:
                           parallel=p["parallel"], attempts=p["attempts"], command=p["command"])
     by_name = {r["target"]: r for r in results}
     ordered = [by_name[str(t["name"])] for t in p["targets"]]
-    module.exit_json(
-        changed=False,
-        hostname=socket.gethostname(),
-        pairs=ordered,
-        failed_pairs=sum(1 for r in ordered if not r["ok"]),
-        seconds=round(time.monotonic() - t0, 3),
-    )
+    result = {
+        "changed": False,
+        "hostname": socket.gethostname(),
+        "pairs": ordered,
+        "failed_pairs": sum(1 for r in ordered if not r["ok"]),
+        "seconds": round(time.monotonic() - t0, 3),
+    }
+    if p["fail_on_error"] and result["failed_pairs"]:
+        module.fail_json(msg=" | ".join(failures(p["me"] or result["hostname"], ordered)), **result)
+    module.exit_json(**result)
 
 
 if __name__ == "__main__":

@@ -91,11 +91,13 @@ def cluster(tmp_path_factory):
     srv = subprocess.Popen([str(ROOT / ".venv/bin/python"), str(ROOT / "tests/hfserver/server.py"), "--root", str(hf_root),
                             "--bind", gw, "--port", "0", "--state-dir", str(state),
                             "--generate", "llmb-test/kimi-k2-sim"])
-    for _ in range(100):
-        if (state / "url").exists():
+    for _ in range(600):
+        if (state / "port").exists() and (state / "port").read_text().strip():
             break
+        if srv.poll() is not None:
+            raise RuntimeError("the test hub server exited at start")
         time.sleep(0.1)
-    url = (state / "url").read_text().strip()
+    url = f"http://{gw}:{(state / 'port').read_text().strip()}"
     try:
         yield Cluster(inv, url, hf_root)
     finally:
