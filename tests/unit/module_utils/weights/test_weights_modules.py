@@ -10,13 +10,6 @@ import pytest
 import yaml
 from weights_helpers import ROOT
 
-import llmb
-import llmb.jsonpatch
-import llmb.weights
-import llmb.weights.fetch
-import llmb.weights.manifest
-import llmb.weights.verify
-
 
 class _Stop(Exception):
     pass
