@@ -21,7 +21,7 @@ def _atomic_write(path: Path, text: str) -> None:
 def collect(run_dir: Path) -> dict:
     stages: dict[str, dict[str, dict]] = {}
     for sd in sorted(p for p in run_dir.iterdir() if p.is_dir()):
-        for f in sorted(sd.glob("*.json")):
+        for f in sorted(p for p in sd.glob("*.json") if p.stem != "summary"):
             try:
                 data = json.loads(f.read_text())
             except ValueError as e:
