@@ -18,7 +18,8 @@ sys.path.insert(0, str(ROOT / "tests"))
 from perf_common import ansible_env  # noqa: E402
 
 CLUSTER = os.environ.get("LLMB_E2E_CLUSTER", "e2e")
-KEEP = os.environ.get("LLMB_E2E_KEEP") == "1"
+KEEP = os.environ.get("LLMB_E2E_KEEP") == "1"  # leave the cluster up after the session
+# LLMB_E2E_REUSE=1: run against the cluster already up under that name (quick loops)
 
 
 class Run:
@@ -81,8 +82,10 @@ def _gateway(network: str) -> str:
 @pytest.fixture(scope="session")
 def cluster(tmp_path_factory):
     sim = str(ROOT / "scripts/sim-cluster")
-    subprocess.run([sim, "up", "--name", CLUSTER, "--nodes", "2", "--profile", "h800-hgx8", "--engine-double",
-                    "--vars-from", str(ROOT / "inventories/sim")], check=True)
+    reuse = os.environ.get("LLMB_E2E_REUSE") == "1" and (ROOT / ".cache/sim" / CLUSTER / "hosts.yml").exists()
+    if not reuse:
+        subprocess.run([sim, "up", "--name", CLUSTER, "--nodes", "2", "--profile", "h800-hgx8", "--engine-double",
+                        "--vars-from", str(ROOT / "inventories/sim")], check=True)
     inv = Path(subprocess.run([sim, "inventory", "--name", CLUSTER], capture_output=True, text=True,
                               check=True).stdout.strip())
     hf_root = tmp_path_factory.mktemp("hub")
@@ -91,14 +94,14 @@ def cluster(tmp_path_factory):
     srv = subprocess.Popen([str(ROOT / ".venv/bin/python"), str(ROOT / "tests/hfserver/server.py"), "--root", str(hf_root),
                             "--bind", gw, "--port", "0", "--state-dir", str(state),
                             "--generate", "llmb-test/kimi-k2-sim"])
-    for _ in range(600):
-        if (state / "port").exists() and (state / "port").read_text().strip():
-            break
-        if srv.poll() is not None:
-            raise RuntimeError("the test hub server exited at start")
-        time.sleep(0.1)
-    url = f"http://{gw}:{(state / 'port').read_text().strip()}"
     try:
+        for _ in range(600):
+            if (state / "port").exists() and (state / "port").read_text().strip():
+                break
+            if srv.poll() is not None:
+                raise RuntimeError("the test hub server exited at start")
+            time.sleep(0.1)
+        url = f"http://{gw}:{(state / 'port').read_text().strip()}"
         yield Cluster(inv, url, hf_root)
     finally:
         srv.terminate()

@@ -222,7 +222,7 @@ def _index_check(dest: str, m: dict) -> None:
 def _failed_record(dest: str, m: dict, message: str) -> None:
     rec = vf.load_record(dest) or {"format": vf.RECORD_FORMAT, "files": {}}
     rec.update(repo_id=m["repo_id"], commit=m["commit"], manifest_digest=m["digest"], status="failed",
-               error=message[:2000])
+               error=message[:2000], failed_at=round(time.time(), 3))
     try:
         vf.save_record(dest, rec)
     except OSError:
@@ -300,6 +300,8 @@ def _run_locked(p: FetchParams, m: dict, result: dict, check: bool, t0: float) -
         if check:
             result.update(changed=True, would_fetch=need)
             return result
+        # peers waiting on this node must not read a previous run's "failed" while this one works
+        vf.save_record(dest, dict(v["record"], status="fetching"))
         _remove_bad(dest, v["bad"])
         try:
             if p.source == "hub":

@@ -44,9 +44,14 @@ def peer_record(base_url: str, timeout: float = 10.0) -> dict | None:
         return None
 
 
-def wait_ready(urls: list[str], digest: str, timeout: float, poll: float = 1.0, sleep=time.sleep) -> float:
-    """Block until every url's record is complete for ``digest``; returns seconds waited."""
+def wait_ready(urls: list[str], digest: str, timeout: float, poll: float = 1.0, sleep=time.sleep,
+               since: float | None = None) -> float:
+    """Block until every url's record is complete for ``digest``; returns seconds waited.
+
+    A source whose record says ``failed`` at or after ``since`` (default: now, less a minute of
+    clock skew) ends the wait at once; an older failure is a previous run's, still being retried."""
     t0 = time.monotonic()
+    since = (time.time() - 60) if since is None else since
     pending = list(urls)
     last: dict[str, str] = {}
     while pending:
@@ -55,7 +60,8 @@ def wait_ready(urls: list[str], digest: str, timeout: float, poll: float = 1.0, 
             if rec is None:
                 last[url] = "not answering (server not started, or no record yet)"
                 continue
-            if rec.get("status") == "failed" and rec.get("manifest_digest") in (digest, None):
+            if (rec.get("status") == "failed" and rec.get("manifest_digest") in (digest, None)
+                    and float(rec.get("failed_at") or 0) >= since):
                 raise PeerError(f"source {url} failed to get the weights: {rec.get('error') or 'see its own result'}")
             if rec.get("status") == "complete" and rec.get("manifest_digest") == digest:
                 pending.remove(url)

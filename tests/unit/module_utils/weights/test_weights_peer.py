@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import os
 import threading
+import time
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -82,8 +83,13 @@ def test_wait_ready_times_out_and_fails_fast(model_copy, sim_manifest, serve):
     url = serve(model_copy)  # no record yet
     with pytest.raises(peer.PeerError, match="sources not complete after 0s"):
         peer.wait_ready([url], sim_manifest["digest"], timeout=0.2, poll=0.05)
-    vf.save_record(str(model_copy), {"format": 1, "files": {}, "status": "failed",
-                                     "manifest_digest": sim_manifest["digest"], "error": "hub said 401"})
+    failed = {"format": 1, "files": {}, "status": "failed", "manifest_digest": sim_manifest["digest"],
+              "error": "hub said 401"}
+    # a previous run's failure: keep waiting (this run's sender may still be working)
+    vf.save_record(str(model_copy), dict(failed, failed_at=time.time() - 3600))
+    with pytest.raises(peer.PeerError, match="sources not complete"):
+        peer.wait_ready([url], sim_manifest["digest"], timeout=0.2, poll=0.05)
+    vf.save_record(str(model_copy), dict(failed, failed_at=time.time()))
     with pytest.raises(peer.PeerError, match="failed to get the weights: hub said 401"):
         peer.wait_ready([url], sim_manifest["digest"], timeout=5, poll=0.05)
     with pytest.raises(peer.PeerError, match="not answering"):
