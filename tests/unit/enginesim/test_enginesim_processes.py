@@ -380,7 +380,9 @@ def test_the_sim_inventory_plan_runs_on_the_double(tmp_path, model):
     try:
         for hp in plan:
             for svc in sorted(hp["services"], key=lambda s: s["order"]):
-                env = sim_env(tmp_path / hp["host"], **{k: local(v) for k, v in svc["env"].items()})
+                # all ranks start at once here: give the Ray head time to come up on a loaded machine
+                env = sim_env(tmp_path / hp["host"], LLMB_ENGINESIM_CONNECT_TIMEOUT="30",
+                              **{k: local(v) for k, v in svc["env"].items()})
                 procs.append(
                     (svc, Proc(localize(svc["argv"]), env, tmp_path / f"{hp['host']}-{svc['name']}.log"))
                 )
