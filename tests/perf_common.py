@@ -28,9 +28,9 @@ def ansible_env(mitogen: bool = False) -> dict[str, str]:
 @contextlib.contextmanager
 def cluster(name: str, nodes: int, profile: str, keep: bool = False, extra: list[str] | None = None) -> Iterator[Path]:
     """A simulated cluster for the duration of a with-block; yields its inventory path."""
-    subprocess.run([str(SIM), "up", "--name", name, "--nodes", str(nodes), "--profile", profile, *(extra or [])],
-                   check=True)
     try:
+        subprocess.run([str(SIM), "up", "--name", name, "--nodes", str(nodes), "--profile", profile, *(extra or [])],
+                       check=True)
         yield Path(subprocess.run([str(SIM), "inventory", "--name", name], capture_output=True, text=True,
                                   check=True).stdout.strip())
     finally:
