@@ -8,6 +8,9 @@ VENV := .venv
 BIN := $(CURDIR)/$(VENV)/bin
 export PATH := $(BIN):$(PATH)
 
+# Molecule scenarios `make molecule` / `make test` run (all of molecule/ that are proven green).
+SCENARIOS ?= harness verify ssh_mesh ssh_mesh_port engine_host engine_image engine_image_airgap weights weights-faults
+
 .PHONY: help venv docker-engine image lint unit molecule e2e perf test demo clean
 
 help: ## this list
