@@ -36,7 +36,7 @@ molecule: venv image ## every Molecule scenario, one after another
 	tests/run-molecule $(SCENARIOS)
 
 e2e: venv image ## site.yml end to end on a simulated 2-node cluster
-	tests/e2e/run
+	pytest -q -p no:cacheprovider tests/e2e
 
 perf: venv image ## benchmarks (print ratios measured side by side)
 	tests/perf/run
