@@ -11,7 +11,7 @@ export PATH := $(BIN):$(PATH)
 # Molecule scenarios `make molecule` / `make test` run (all of molecule/ that are proven green).
 SCENARIOS ?= harness verify ssh_mesh ssh_mesh_port engine_host engine_image engine_image_airgap weights weights-faults
 
-.PHONY: help venv docker-engine image lint unit molecule e2e perf test demo clean
+.PHONY: help venv docker-engine sim-stub image lint unit molecule e2e perf test demo clean
 
 help: ## this list
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -22,14 +22,17 @@ venv: ## controller venv with the pinned toolchain (idempotent)
 docker-engine: ## make sure a Docker engine answers (installs docker.io as root on Debian/Ubuntu)
 	@scripts/ensure-docker
 
-image: docker-engine ## build (or reuse the cached) node image
+sim-stub: ## compile the simulator's libcuda.so.1 stand-in (needs gcc; rebuilt only when changed)
+	@tests/sim/build-libcuda-stub.sh >/dev/null
+
+image: docker-engine sim-stub ## build (or reuse the cached) node image
 	@scripts/build-node-image >/dev/null
 
 lint: venv ## ruff + ansible-lint (production profile)
 	ruff check .
 	ansible-lint --offline -q
 
-unit: venv ## pytest: parsers, planner, patcher, simulator, engine double
+unit: venv sim-stub ## pytest: parsers, planner, patcher, simulator, engine double
 	pytest -q -p no:cacheprovider tests/unit
 
 molecule: venv image ## every Molecule scenario, one after another

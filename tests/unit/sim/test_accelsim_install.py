@@ -180,7 +180,6 @@ CUDA_PROBE = textwrap.dedent("""
 """)
 
 
-@pytest.mark.skipif(shutil.which("gcc") is None, reason="gcc is needed to build the libcuda stub")
 def test_libcuda_stub(src, root):
     build = subprocess.run(["bash", str(src / "build-libcuda-stub.sh")], capture_output=True, text=True)
     assert build.returncode == 0, build.stderr
