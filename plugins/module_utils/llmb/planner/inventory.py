@@ -79,6 +79,12 @@ KNOBS: tuple[Knob, ...] = (
     Knob("llmb_dp_rpc_port", "int", 13345, "vLLM --data-parallel-rpc-port (DP on several nodes)"),
     Knob("llmb_sglang_dist_port", "int", 50000, "SGLang --dist-init-addr port (several nodes)"),
     Knob("llmb_sshd_port", "int", 2233, "sshd inside the engine container for mpirun (TRT-LLM)"),
+    Knob(
+        "llmb_ssh_mesh_dir",
+        "str",
+        "/etc/llmb/ssh-mesh",
+        "node dir of the ssh_mesh stage's key, known_hosts, ssh_config and sshd_config (mounted into TRT-LLM containers)",
+    ),
     # model serving ---------------------------------------------------------------------
     Knob("llmb_served_model_name", "str", None, "name clients send as 'model' (default: model profile's)"),
     Knob(

@@ -350,7 +350,13 @@ def test_h200_trtllm_mpirun_sshd_seed_004(planned, data):
     for hp in (head, other):
         box = service(hp, "llmb-trtllm", "sshd")
         assert_container_matches(box, items)
-        assert box["argv"] == ["/usr/sbin/sshd", "-D", "-e", "-p", "2233"]
+        assert box["argv"] == [
+            "/bin/sh",
+            "-c",
+            "mkdir -p /run/sshd && exec /usr/sbin/sshd -D -e -f /etc/llmb/ssh-mesh/sshd_config",
+        ]
+        assert box["container"]["sshd"]["port"] == 2233  # the port lives in the mesh's sshd_config
+        assert "/etc/llmb/ssh-mesh:/etc/llmb/ssh-mesh:ro" in box["mounts"]
         assert {"port": 2233, "purpose": "sshd"} in box["ports"]
         (cfg,) = box["config_files"]
         assert yaml.safe_load(cfg["content"]) == yaml.safe_load(SEED_004_EXTRA_CONFIG)
@@ -372,7 +378,7 @@ def test_h200_trtllm_mpirun_sshd_seed_004(planned, data):
     for pair in (
         ["-np", "16"],
         ["-H", "192.168.101.11:8,192.168.101.12:8"],
-        ["-mca", "plm_rsh_args", "-p 2233"],
+        ["-mca", "plm_rsh_args", "-F /etc/llmb/ssh-mesh/ssh_config -p 2233"],
     ):
         assert any(argv[i : i + len(pair)] == pair for i in range(len(argv))), pair
     assert "--allow-run-as-root" in argv

@@ -25,6 +25,19 @@ def extra_options_path(ctx: Context) -> str:
     return f"{str(ctx.v['llmb_config_dir']).rstrip('/')}/trtllm/extra-llm-api-config.yml"
 
 
+def mesh_dir(ctx: Context) -> str:
+    return str(ctx.v["llmb_ssh_mesh_dir"]).rstrip("/") or "/"
+
+
+def sshd_argv(mesh: str) -> list[str]:
+    """sshd of the container on the mesh's config (its port, host key, the cluster key only).
+
+    /run/sshd (privilege separation) does not exist in a fresh container; exec keeps sshd the
+    container's main process, its command line naming the config (how ssh_mesh tells it apart
+    from a squatter on the port)."""
+    return ["/bin/sh", "-c", f"mkdir -p /run/sshd && exec /usr/sbin/sshd -D -e -f {mesh}/sshd_config"]
+
+
 def engine_args(ctx: Context, topo: Topology) -> tuple[EngineArgs, list[Problem]]:
     v = ctx.v
     flags: list[tuple[str, Any]] = [
@@ -59,6 +72,7 @@ def services(ctx: Context, topo: Topology, ea: EngineArgs) -> list[HostPlan]:
     name = str(v.get("llmb_container_name") or "llmb-trtllm")
     image = common.default_image(ctx)
     sshd_port = v["llmb_sshd_port"]
+    mesh = mesh_dir(ctx)
     plans = []
     for node in nodes:
         hp = HostPlan(host=node.name, address=node.address, rank=node.rank)
@@ -70,13 +84,15 @@ def services(ctx: Context, topo: Topology, ea: EngineArgs) -> list[HostPlan]:
         }
         env = common.merge_env(common.iface_env(ctx, node, multinode), v.get("llmb_engine_env"))
         mounts = [*model_mounts, f"{cfg_dir}:{cfg_dir}:ro"]
+        if multinode:
+            mounts.append(f"{mesh}:{mesh}:ro")  # ssh_mesh stage: cluster key, pinned host keys, sshd_config
         is_head = node is head
         if multinode:
             box = common.make_container_service(
                 ctx,
                 name=name,
                 role="sshd",
-                argv=["/usr/sbin/sshd", "-D", "-e", "-p", str(sshd_port)],
+                argv=sshd_argv(mesh),
                 order=common.ORDER_FIRST,
                 env=env,
                 image=image,
@@ -87,7 +103,11 @@ def services(ctx: Context, topo: Topology, ea: EngineArgs) -> list[HostPlan]:
             box.ports = [{"port": sshd_port, "purpose": "sshd"}]
             box.ready = common.ready_tcp(ctx, node, sshd_port)
             box.config_files = [dict(config_file)]
-            box.container["sshd"] = {"port": sshd_port, "permit_root_login": "prohibit-password"}
+            box.container["sshd"] = {
+                "port": sshd_port,
+                "permit_root_login": "prohibit-password",
+                "config": f"{mesh}/sshd_config",
+            }
             hp.services.append(box)
             if is_head:
                 launcher = Service(
@@ -141,7 +161,8 @@ def _mpirun_argv(
         hosts,
         "-mca",
         "plm_rsh_args",
-        f"-p {ctx.v['llmb_sshd_port']}",
+        # the mesh's client config: cluster key, host keys pinned in its known_hosts, BatchMode
+        f"-F {mesh_dir(ctx)}/ssh_config -p {ctx.v['llmb_sshd_port']}",
         "--allow-run-as-root",
     ]
     iface = ctx.v.get("llmb_cluster_iface")
