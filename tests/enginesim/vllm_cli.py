@@ -155,13 +155,19 @@ def _wait_for_ray(world: int, log: runtime.Log) -> None:
         )
     host, port = cluster
     deadline = time.monotonic() + runtime.wait_timeout()
+    # ray.init(address=...) keeps retrying the GCS for a while before it gives up
+    answer_by = time.monotonic() + runtime.connect_timeout()
     gpus = 0
     while time.monotonic() < deadline:
         status = runtime.query(host, port)
         if status is None:
+            if time.monotonic() < answer_by:
+                time.sleep(0.5)
+                continue
             runtime.die(
                 log,
-                f"ConnectionError: the Ray cluster at {host}:{port} does not answer",
+                f"ConnectionError: the Ray cluster at {host}:{port} does not answer "
+                f"(retried for {runtime.connect_timeout():.0f} s)",
                 where="ray_utils.py:1",
             )
         gpus = sum(int(m.get("gpus", 0)) for m in status.get("members", []))

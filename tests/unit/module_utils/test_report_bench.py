@@ -36,11 +36,14 @@ def test_percentile():
 class _Chat(BaseHTTPRequestHandler):
     fail_every = 0
     count = 0
+    lock = threading.Lock()
 
     def do_POST(self):  # noqa: N802
-        type(self).count += 1
+        with self.lock:  # requests arrive on several threads: number each one exactly once
+            type(self).count += 1
+            n = type(self).count
         self.rfile.read(int(self.headers["Content-Length"]))
-        if self.fail_every and self.count % self.fail_every == 0:
+        if self.fail_every and n % self.fail_every == 0:
             self.send_response(500)
             self.end_headers()
             return
