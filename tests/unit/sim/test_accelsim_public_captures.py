@@ -7,28 +7,13 @@ then require the bytes to match.
 
 from __future__ import annotations
 
-import os
 import re
-from pathlib import Path
 
 import pytest
+from capture_paths import fixtures_dir
 from sim.accelsim import ascend, host, main, profiles
 
-
-def fixtures_dir() -> Path:
-    """LLMB_FIXTURES, else the repository's tests/fixtures, else ../shared/fixtures beside the checkout."""
-    repo = Path(__file__).resolve().parents[3]
-    for candidate in (
-        os.environ.get("LLMB_FIXTURES"),
-        repo / "tests" / "fixtures",
-        repo.parent / "shared" / "fixtures",
-    ):
-        if candidate and (Path(candidate) / "public").is_dir():
-            return Path(candidate)
-    pytest.skip("public captures not found (set LLMB_FIXTURES)", allow_module_level=True)
-
-
-PUBLIC = fixtures_dir() / "public"
+PUBLIC = fixtures_dir("public", "public captures") / "public"
 
 
 def capture(relpath: str) -> str:

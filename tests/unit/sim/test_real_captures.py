@@ -9,29 +9,15 @@ skipped silently.
 
 from __future__ import annotations
 
-import os
 import re
 import shlex
 from pathlib import Path
 
 import pytest
+from capture_paths import fixtures_dir
 from sim.accelsim import main
 
-
-def fixtures_dir() -> Path:
-    """LLMB_FIXTURES, else the repository's tests/fixtures, else ../shared/fixtures beside the checkout."""
-    repo = Path(__file__).resolve().parents[3]
-    for candidate in (
-        os.environ.get("LLMB_FIXTURES"),
-        repo / "tests" / "fixtures",
-        repo.parent / "shared" / "fixtures",
-    ):
-        if candidate and (Path(candidate) / "real").is_dir():
-            return Path(candidate)
-    pytest.skip("real captures not found (set LLMB_FIXTURES)", allow_module_level=True)
-
-
-REAL = fixtures_dir() / "real"
+REAL = fixtures_dir("real", "real captures") / "real"
 PROFILES = {"h100": "h100-x1", "h200x2": "h200-x2"}
 # Capture files whose commands run real programs on a node (not simulated) or are not tool output.
 NOT_SIMULATED = {

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-from ._text import ParseError
+from ._text import ParseError, clean_lines, first_nonblank
 
 AFFINITY_COLUMNS = ("CPU Affinity", "NUMA Affinity", "GPU NUMA ID")
 DEVICE_RE = re.compile(r"^(GPU\d+|NIC\d+|NPU\d+|Phy-ID\d+|mlx5_\d+|CPU\d+)$")
@@ -81,6 +81,27 @@ def read_matrix(lines: list[str], start: int, kind: str, label_ok, stop=None):
         rows.append((name, cells, extras, i + 1))
         i += 1
     return columns, affinity, rows, i
+
+
+def read_first_matrix(text: str, kind: str, expected: str, label_ok):
+    """The matrix at the first non-blank line of a tool's output (expected: what an empty output lacks).
+
+    Returns (lines, start, columns, affinity_columns, rows, next_index), as read_matrix does after
+    the output's lines and the header's index.
+    """
+    lines = clean_lines(text)
+    start = first_nonblank(lines)
+    if start is None:
+        raise ParseError(kind, f"empty output (expected {expected})")
+    return (lines, start, *read_matrix(lines, start, kind, label_ok))
+
+
+def require_rows(kind: str, columns: list[str], rows) -> None:
+    """Every one of columns has a row of its own (a missing one means the capture was cut)."""
+    row_names = [r[0] for r in rows]
+    for col in columns:
+        if col not in row_names:
+            raise ParseError(kind, f"column {col} has no row (capture truncated?)")
 
 
 def links_from_rows(columns, rows, self_labels=("X",)):

@@ -101,24 +101,23 @@ def na(value):
     return v
 
 
-def to_int(value, kind: str = "value"):
+def _leading_number(value, kind: str, pattern: str, what: str, convert):
+    """The number a value starts with ('350 W' -> 350), None for a 'no value' spelling (see na)."""
     v = na(value)
     if v is None:
         return None
-    m = re.match(r"^(-?\d+)", v)
+    m = re.match(pattern, v)
     if not m:
-        raise ParseError(kind, f"expected an integer, found {value!r}")
-    return int(m.group(1))
+        raise ParseError(kind, f"expected {what}, found {value!r}")
+    return convert(m.group(1))
+
+
+def to_int(value, kind: str = "value"):
+    return _leading_number(value, kind, r"^(-?\d+)", "an integer", int)
 
 
 def to_float(value, kind: str = "value"):
-    v = na(value)
-    if v is None:
-        return None
-    m = re.match(r"^(-?\d+(?:\.\d+)?)", v)
-    if not m:
-        raise ParseError(kind, f"expected a number, found {value!r}")
-    return float(m.group(1))
+    return _leading_number(value, kind, r"^(-?\d+(?:\.\d+)?)", "a number", float)
 
 
 def first_nonblank(lines: list[str]) -> int | None:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import re
 
-from ._matrix import links_from_rows, read_matrix
-from ._text import ParseError, clean_lines, first_nonblank, na, parse_cpulist, to_float, to_int
+from ._matrix import links_from_rows, read_first_matrix, require_rows
+from ._text import ParseError, clean_lines, na, parse_cpulist, to_float, to_int
 
 BUS_RE = re.compile(r"^[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f]$")
 NPU_TOPO_LABEL_RE = re.compile(r"^(X|SYS|PHB|PIX|PXB|HCCS|HCCS_SW|SIO|NA|NODE)$")
@@ -102,15 +102,10 @@ def parse_npu_smi(text: str) -> dict:
 def parse_npu_topo(text: str) -> dict:
     """`npu-smi info -t topo`: NPUn (A2) or Phy-IDn (A3) matrix, optional CPU Affinity column."""
     kind = "npu-smi-topo"
-    lines = clean_lines(text)
-    start = first_nonblank(lines)
-    if start is None:
-        raise ParseError(kind, "empty output (expected an NPU matrix)")
-    columns, affinity, rows, _end = read_matrix(lines, start, kind, lambda c: bool(NPU_TOPO_LABEL_RE.match(c)))
-    row_names = [r[0] for r in rows]
-    for col in columns:
-        if col not in row_names:
-            raise ParseError(kind, f"column {col} has no row (capture truncated?)")
+    _lines, _start, columns, affinity, rows, _end = read_first_matrix(
+        text, kind, "an NPU matrix", lambda c: bool(NPU_TOPO_LABEL_RE.match(c))
+    )
+    require_rows(kind, columns, rows)
     devices = []
     for name, _cells, extras, _ln in rows:
         values = dict(zip(affinity, extras, strict=False))

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import re
 import xml.etree.ElementTree as ET
+from collections.abc import Iterator
 
-from ._matrix import links_from_rows, read_matrix
-from ._text import ParseError, clean_lines, first_nonblank, na, parse_cpulist, to_float, to_int
+from ._matrix import links_from_rows, read_first_matrix, require_rows
+from ._text import ParseError, clean_lines, na, parse_cpulist, to_float, to_int
 
 TOPO_LABEL_RE = re.compile(r"^(X|SYS|SOC|NODE|PHB|PXB|PIX|PCI|NV\d+|C2C)$")
 P2P_LABEL_RE = re.compile(r"^(X|OK|CNS|GNS|TNS|NS|U)$")
@@ -18,19 +19,15 @@ P2P_LABEL_RE = re.compile(r"^(X|OK|CNS|GNS|TNS|NS|U)$")
 
 def parse_topo(text: str) -> dict:
     kind = "nvidia-smi-topo"
-    lines = clean_lines(text)
-    start = first_nonblank(lines)
-    if start is None:
-        raise ParseError(kind, "empty output (expected a GPU matrix)")
-    columns, affinity, rows, end = read_matrix(lines, start, kind, lambda c: bool(TOPO_LABEL_RE.match(c)))
+    lines, start, columns, affinity, rows, end = read_first_matrix(
+        text, kind, "a GPU matrix", lambda c: bool(TOPO_LABEL_RE.match(c))
+    )
     warnings: list[str] = []
     gpu_cols = [c for c in columns if c.startswith("GPU")]
     if not gpu_cols:
         raise ParseError(kind, "matrix header has no GPU column", start + 1)
+    require_rows(kind, gpu_cols, rows)
     row_names = [r[0] for r in rows]
-    for col in gpu_cols:
-        if col not in row_names:
-            raise ParseError(kind, f"column {col} has no row (capture truncated?)")
     for name, cells, _ex, ln in rows:
         if name in columns and cells[columns.index(name)] != "X":
             raise ParseError(kind, f"row {name}: diagonal cell is {cells[columns.index(name)]!r}, expected 'X'", ln)
@@ -107,11 +104,9 @@ def parse_topo(text: str) -> dict:
 
 def parse_topo_p2p(text: str) -> dict:
     kind = "nvidia-smi-topo-p2p"
-    lines = clean_lines(text)
-    start = first_nonblank(lines)
-    if start is None:
-        raise ParseError(kind, "empty output (expected a P2P matrix)")
-    columns, _aff, rows, _end = read_matrix(lines, start, kind, lambda c: bool(P2P_LABEL_RE.match(c)))
+    _lines, _start, columns, _aff, rows, _end = read_first_matrix(
+        text, kind, "a P2P matrix", lambda c: bool(P2P_LABEL_RE.match(c))
+    )
     status, _ = links_from_rows(columns, rows)
     return {"kind": kind, "gpus": [int(c[3:]) for c in columns if c.startswith("GPU")], "status": status}
 
@@ -122,11 +117,9 @@ def parse_topo_p2p(text: str) -> dict:
 _GPU_HEAD_RE = re.compile(r"^GPU (\d+): (.*?)(?: \(UUID: ([^)]*)\))?\s*$")
 
 
-def parse_nvlink(text: str) -> dict:
-    """`nvidia-smi nvlink -s` / `--status`: per-link speed, or inactive."""
-    kind = "nvidia-smi-nvlink"
-    gpus: list[dict] = []
-    warnings: list[str] = []
+def _gpu_sections(text: str, gpus: list[dict]) -> Iterator[tuple[int, str]]:
+    """(line number, stripped line) of each non-blank line of `nvidia-smi nvlink` output that is not a
+    `GPU n: ...` header; each header appends its GPU (with an empty links list) to gpus first."""
     for n, raw in enumerate(clean_lines(text), 1):
         line = raw.strip()
         if not line:
@@ -135,6 +128,15 @@ def parse_nvlink(text: str) -> dict:
         if m:
             gpus.append({"index": int(m.group(1)), "name": m.group(2), "uuid": m.group(3), "links": []})
             continue
+        yield n, line
+
+
+def parse_nvlink(text: str) -> dict:
+    """`nvidia-smi nvlink -s` / `--status`: per-link speed, or inactive."""
+    kind = "nvidia-smi-nvlink"
+    gpus: list[dict] = []
+    warnings: list[str] = []
+    for n, line in _gpu_sections(text, gpus):
         if line in ("...", "…"):
             warnings.append(f"line {n}: output elided ('...') after GPU {gpus[-1]['index'] if gpus else '?'}")
             continue
@@ -158,14 +160,7 @@ def parse_nvlink_caps(text: str) -> dict:
     """`nvidia-smi nvlink -c`: capabilities per link."""
     kind = "nvidia-smi-nvlink-caps"
     gpus: list[dict] = []
-    for n, raw in enumerate(clean_lines(text), 1):
-        line = raw.strip()
-        if not line:
-            continue
-        m = _GPU_HEAD_RE.match(line)
-        if m:
-            gpus.append({"index": int(m.group(1)), "name": m.group(2), "uuid": m.group(3), "links": []})
-            continue
+    for n, line in _gpu_sections(text, gpus):
         m = re.match(r"^Link (\d+), (.+?): (true|false)$", line)
         if m and gpus:
             num = int(m.group(1))

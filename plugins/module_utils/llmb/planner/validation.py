@@ -64,6 +64,18 @@ def _positive(ctx: Context, key: str, value: Any, problems: list[Problem]) -> in
     return value
 
 
+def _too_few_devices(tp: int, pp: int, n: int, dev: int, devices_text: str) -> Problem:
+    """TP x PP asks for more devices than the inventory's nodes have."""
+    world = tp * pp
+    return Problem(
+        "parallelism",
+        f"TP x PP = {tp} x {pp} = {world} devices, but the inventory has {devices_text}",
+        found=f"llmb_tensor_parallel: {tp}, llmb_pipeline_parallel: {pp}",
+        expected=f"TP x PP <= {n * dev}",
+        fix=f"lower TP/PP, or add {math.ceil(world / dev) - n} node(s) to accel_nodes",
+    )
+
+
 def check_engine_platform(ctx: Context) -> list[Problem]:
     problems = []
     vendors = ENGINE_VENDORS[ctx.engine]
@@ -175,15 +187,7 @@ def plan_topology(ctx: Context) -> tuple[Topology | None, list[Problem]]:
         else:
             world = tp * pp
             if world > n * dev:
-                problems.append(
-                    Problem(
-                        "parallelism",
-                        f"TP x PP = {tp} x {pp} = {world} devices, but the inventory has {devices_text}",
-                        found=f"llmb_tensor_parallel: {tp}, llmb_pipeline_parallel: {pp}",
-                        expected=f"TP x PP <= {n * dev}",
-                        fix=f"lower TP/PP, or add {math.ceil(world / dev) - n} node(s) to accel_nodes",
-                    )
-                )
+                problems.append(_too_few_devices(tp, pp, n, dev, devices_text))
                 return None, problems
             needed = math.ceil(world / dev)
             if needed != n:
@@ -230,15 +234,7 @@ def plan_topology(ctx: Context) -> tuple[Topology | None, list[Problem]]:
                 )
             )
         if world > n * dev:
-            problems.append(
-                Problem(
-                    "parallelism",
-                    f"TP x PP = {tp} x {pp} = {world} devices, but the inventory has {devices_text}",
-                    found=f"llmb_tensor_parallel: {tp}, llmb_pipeline_parallel: {pp}",
-                    expected=f"TP x PP <= {n * dev}",
-                    fix=f"lower TP/PP, or add {math.ceil(world / dev) - n} node(s) to accel_nodes",
-                )
-            )
+            problems.append(_too_few_devices(tp, pp, n, dev, devices_text))
             return None, problems
         if world % n != 0 or world // n > dev:
             problems.append(

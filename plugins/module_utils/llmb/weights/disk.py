@@ -22,25 +22,23 @@ def human(n: int | float) -> str:
     return f"{value:.1f} TiB"
 
 
-def existing_parent(path: str) -> str:
-    """``path`` or its nearest existing ancestor (the directory may not exist yet)."""
-    p = os.path.abspath(path)
-    while not os.path.exists(p):
+def _climb(p: str, found) -> str:
+    """p or its nearest ancestor for which found(...) is true; the root when none is."""
+    while not found(p):
         parent = os.path.dirname(p)
         if parent == p:
             break
         p = parent
     return p
+
+
+def existing_parent(path: str) -> str:
+    """``path`` or its nearest existing ancestor (the directory may not exist yet)."""
+    return _climb(os.path.abspath(path), os.path.exists)
 
 
 def mount_point(path: str) -> str:
-    p = existing_parent(path)
-    while not os.path.ismount(p):
-        parent = os.path.dirname(p)
-        if parent == p:
-            break
-        p = parent
-    return p
+    return _climb(existing_parent(path), os.path.ismount)
 
 
 def free_bytes(path: str) -> int:

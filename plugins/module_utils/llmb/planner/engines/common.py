@@ -8,8 +8,8 @@ from typing import Any
 from ..context import Context
 from ..flags import EngineArgs
 from ..inventory import Node
-from ..model import Problem, Service
-from ..validation import Topology
+from ..model import HostPlan, Problem, Service
+from ..validation import Topology, model_patches
 
 # planner-owned flags -> the inventory variable that controls them (for error messages)
 OWNER_HINT = {
@@ -289,6 +289,31 @@ def api_block(ctx: Context, node: Node, engine_args: dict[str, Any]) -> dict[str
         "reasoning": reasoning,
         "tool_calls": tools,
     }
+
+
+def host_plan(ctx: Context, node: Node, model_path: str) -> HostPlan:
+    """A node's plan, with the weights it serves from model_path (the path the engine sees)."""
+    hp = HostPlan(host=node.name, address=node.address, rank=node.rank)
+    hp.model = {
+        "dir": str(ctx.v["llmb_model_dir"]),
+        "engine_path": model_path,
+        "config_patches": model_patches(ctx),
+        "served_model_name": ctx.served_name,
+    }
+    return hp
+
+
+def expose_api(ctx: Context, svc: Service, node: Node, engine_args: dict[str, Any]) -> None:
+    """svc serves the OpenAI API on node: its port, health check and API description."""
+    svc.ports = [{"port": ctx.v["llmb_api_port"], "purpose": "api"}]
+    svc.health = health_block(ctx, node)
+    svc.api = api_block(ctx, node, engine_args)
+
+
+def follow_head(ctx: Context, svc: Service, head: Node) -> None:
+    """svc is a rank away from the head: it starts after the head's service of the same name."""
+    svc.depends_on = [dep_ref(head, svc.name)]
+    svc.ready = ready_started(ctx)
 
 
 def ready_tcp(ctx: Context, node: Node, port: int) -> dict[str, Any]:

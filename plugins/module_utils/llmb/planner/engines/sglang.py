@@ -8,7 +8,7 @@ from typing import Any
 from ..context import Context
 from ..flags import EngineArgs
 from ..model import HostPlan, Problem, Service
-from ..validation import Topology, model_patches
+from ..validation import Topology
 from . import common, nvidia, rocm
 
 
@@ -50,13 +50,7 @@ def services(ctx: Context, topo: Topology, ea: EngineArgs) -> list[HostPlan]:
     )
     plans = []
     for node in ctx.dep.nodes[: topo.nodes]:
-        hp = HostPlan(host=node.name, address=node.address, rank=node.rank)
-        hp.model = {
-            "dir": str(v["llmb_model_dir"]),
-            "engine_path": model_path,
-            "config_patches": model_patches(ctx),
-            "served_model_name": ctx.served_name,
-        }
+        hp = common.host_plan(ctx, node, model_path)
         values = dict(ea.values)
         if multinode:
             values["--node-rank"] = node.rank
@@ -84,15 +78,12 @@ def services(ctx: Context, topo: Topology, ea: EngineArgs) -> list[HostPlan]:
                 name="llmb-sglang", kind="systemd", role="sglang-rank", argv=argv, order=order, env=env
             )
         if is_head:
-            svc.ports = [{"port": v["llmb_api_port"], "purpose": "api"}]
+            common.expose_api(ctx, svc, node, ea.values)
             if multinode:
                 svc.ports.append({"port": v["llmb_sglang_dist_port"], "purpose": "dist-init"})
                 svc.ready = common.ready_tcp(ctx, node, v["llmb_sglang_dist_port"])
-            svc.health = common.health_block(ctx, node)
-            svc.api = common.api_block(ctx, node, ea.values)
         else:
-            svc.depends_on = [common.dep_ref(head, svc.name)]
-            svc.ready = common.ready_started(ctx)
+            common.follow_head(ctx, svc, head)
         svc.notes = list(ea.notes)
         hp.services.append(svc)
         plans.append(hp)

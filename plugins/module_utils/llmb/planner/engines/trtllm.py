@@ -10,7 +10,7 @@ from .. import yamltext
 from ..context import Context
 from ..flags import EngineArgs
 from ..model import HostPlan, Problem, Service
-from ..validation import Topology, model_patches
+from ..validation import Topology
 from . import common, nvidia
 
 # seed 004 "Generate additional config for trtllm serve"
@@ -75,41 +75,38 @@ def services(ctx: Context, topo: Topology, ea: EngineArgs) -> list[HostPlan]:
     mesh = mesh_dir(ctx)
     plans = []
     for node in nodes:
-        hp = HostPlan(host=node.name, address=node.address, rank=node.rank)
-        hp.model = {
-            "dir": str(v["llmb_model_dir"]),
-            "engine_path": model_path,
-            "config_patches": model_patches(ctx),
-            "served_model_name": ctx.served_name,
-        }
+        hp = common.host_plan(ctx, node, model_path)
         env = common.merge_env(common.iface_env(ctx, node, multinode), v.get("llmb_engine_env"))
         mounts = [*model_mounts, f"{cfg_dir}:{cfg_dir}:ro"]
         if multinode:
             mounts.append(f"{mesh}:{mesh}:ro")  # ssh_mesh stage: cluster key, pinned host keys, sshd_config
-        is_head = node is head
-        if multinode:
-            box = common.make_container_service(
-                ctx,
-                name=name,
-                role="sshd",
-                argv=sshd_argv(mesh),
-                order=common.ORDER_FIRST,
-                env=env,
-                image=image,
-                devices=[],
-                mounts=mounts,
-                platform_defaults=dict(nvidia.TRTLLM_CONTAINER),
-            )
-            box.ports = [{"port": sshd_port, "purpose": "sshd"}]
-            box.ready = common.ready_tcp(ctx, node, sshd_port)
-            box.config_files = [dict(config_file)]
-            box.container["sshd"] = {
+        # multinode: the container runs sshd and mpirun starts the ranks in it; else it serves the API
+        svc = common.make_container_service(
+            ctx,
+            name=name,
+            role="sshd" if multinode else "api",
+            argv=sshd_argv(mesh) if multinode else serve_argv,
+            order=common.ORDER_FIRST,
+            env=env,
+            image=image,
+            devices=[],
+            mounts=mounts,
+            platform_defaults=dict(nvidia.TRTLLM_CONTAINER),
+        )
+        svc.config_files = [dict(config_file)]
+        hp.services.append(svc)
+        if not multinode:
+            common.expose_api(ctx, svc, node, ea.values)
+            svc.notes = list(ea.notes)
+        else:
+            svc.ports = [{"port": sshd_port, "purpose": "sshd"}]
+            svc.ready = common.ready_tcp(ctx, node, sshd_port)
+            svc.container["sshd"] = {
                 "port": sshd_port,
                 "permit_root_login": "prohibit-password",
                 "config": f"{mesh}/sshd_config",
             }
-            hp.services.append(box)
-            if is_head:
+            if node is head:
                 launcher = Service(
                     name=f"{name}-launcher",
                     kind="mpirun",
@@ -121,30 +118,9 @@ def services(ctx: Context, topo: Topology, ea: EngineArgs) -> list[HostPlan]:
                     stop_argv=["/usr/bin/docker", "exec", name, "pkill", "-TERM", "-f", "trtllm-serve"],
                     depends_on=[common.dep_ref(n, name) for n in nodes],
                 )
-                launcher.ports = [{"port": v["llmb_api_port"], "purpose": "api"}]
-                launcher.health = common.health_block(ctx, node)
-                launcher.api = common.api_block(ctx, node, ea.values)
+                common.expose_api(ctx, launcher, node, ea.values)
                 launcher.notes = list(ea.notes)
                 hp.services.append(launcher)
-        else:
-            svc = common.make_container_service(
-                ctx,
-                name=name,
-                role="api",
-                argv=serve_argv,
-                order=common.ORDER_FIRST,
-                env=env,
-                image=image,
-                devices=[],
-                mounts=mounts,
-                platform_defaults=dict(nvidia.TRTLLM_CONTAINER),
-            )
-            svc.ports = [{"port": v["llmb_api_port"], "purpose": "api"}]
-            svc.config_files = [dict(config_file)]
-            svc.health = common.health_block(ctx, node)
-            svc.api = common.api_block(ctx, node, ea.values)
-            svc.notes = list(ea.notes)
-            hp.services.append(svc)
         plans.append(hp)
     return plans
 

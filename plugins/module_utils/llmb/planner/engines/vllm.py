@@ -18,7 +18,7 @@ from ..data import DataDir
 from ..flags import EngineArgs, FlagSet, load_flagset
 from ..inventory import Node
 from ..model import HostPlan, Problem, Service
-from ..validation import Topology, model_patches
+from ..validation import Topology
 from . import common, nvidia, rocm, vllm_ascend
 
 
@@ -101,19 +101,12 @@ def services(ctx: Context, topo: Topology, ea: EngineArgs) -> list[HostPlan]:
     penv, pdevices, pmounts, pcontainer = _platform_bits(ctx)
     image = common.default_image(ctx) if container else None
     exe = "vllm" if container else common.venv_bin(ctx, "vllm")
-    patches = model_patches(ctx)
     multinode = topo.nodes > 1
     plans: list[HostPlan] = []
     ray_fs = _ray_flagset(ctx.data) if topo.mode == "ray" else None
 
     for node in nodes:
-        hp = HostPlan(host=node.name, address=node.address, rank=node.rank)
-        hp.model = {
-            "dir": str(v["llmb_model_dir"]),
-            "engine_path": model_path,
-            "config_patches": patches,
-            "served_model_name": ctx.served_name,
-        }
+        hp = common.host_plan(ctx, node, model_path)
         env = common.merge_env(common.iface_env(ctx, node, multinode), penv, v.get("llmb_engine_env"))
         values = dict(ea.values)
         is_head = node is head
@@ -169,19 +162,16 @@ def services(ctx: Context, topo: Topology, ea: EngineArgs) -> list[HostPlan]:
         else:
             svc = Service(name=name, kind="systemd", role=role, argv=argv, order=order, env=env)
         if is_head:
-            svc.ports = [{"port": v["llmb_api_port"], "purpose": "api"}]
+            common.expose_api(ctx, svc, node, ea.values)
             if topo.mode == "dp":
                 svc.ports.append({"port": v["llmb_dp_rpc_port"], "purpose": "dp-rpc"})
                 svc.ready = common.ready_tcp(ctx, node, v["llmb_dp_rpc_port"])
-            svc.health = common.health_block(ctx, node)
-            svc.api = common.api_block(ctx, node, ea.values)
             if topo.mode == "ray":
                 svc.depends_on = [common.dep_ref(n, "llmb-ray") for n in nodes]
                 # vLLM joins the running Ray cluster (ray.init reads RAY_ADDRESS; no /tmp/ray lookup)
                 svc.env["RAY_ADDRESS"] = f"{head.address}:{v['llmb_ray_port']}"
         else:
-            svc.depends_on = [common.dep_ref(head, svc.name)]
-            svc.ready = common.ready_started(ctx)
+            common.follow_head(ctx, svc, head)
         svc.notes = list(ea.notes)
         hp.services.append(svc)
         plans.append(hp)
