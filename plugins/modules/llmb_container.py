@@ -18,7 +18,11 @@ options:
   argv: {description: Command after the image., type: list, elements: str, default: []}
   env: {description: Environment., type: dict, default: {}}
   devices: {description: Devices (host paths or dicts)., type: list, elements: raw, default: []}
-  mounts: {description: Mounts (host:container[:ro] or dicts)., type: list, elements: raw, default: []}
+  mounts:
+    description: Mounts (C(host:container[:ro]) or dicts).
+    type: list
+    elements: raw
+    default: []
   options: {description: "Container options from the plan (network, ipc, shm_size, privileged, cap_add, restart, entrypoint...).", type: dict, default: {}}
   state: {description: started or absent., type: str, default: started, choices: [started, absent]}
 attributes:

@@ -10,9 +10,9 @@ module: llmb_ssh_mesh_check
 short_description: SSH from this node to every other node with BatchMode, in parallel
 description:
   - Runs C(ssh -o BatchMode=yes -o StrictHostKeyChecking=yes ... <address> hostname) to each of
-    O(targets) at once (up to O(parallel) at a time) and returns one result per target: this node's
-    row of the cluster's ordered-pair matrix. It never changes anything. Failed pairs are data
-    (RV(failed_pairs)) unless O(fail_on_error) is set: then the module fails with one message per
+    O(targets) at once (up to O(parallel) at a time) and returns one result per target (this node's
+    row of the cluster's ordered-pair matrix). It never changes anything. Failed pairs are data
+    (RV(failed_pairs)) unless O(fail_on_error) is set, in which case the module fails with one message per
     failed pair, naming both ends, and still returns RV(pairs).
   - Transient failures caused by sshd's MaxStartups limit (many nodes connecting at once) are
     retried up to O(attempts) times; refusals, timeouts and key errors are not.

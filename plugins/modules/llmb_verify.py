@@ -19,7 +19,10 @@ options:
   platform: {description: Platform profile name (data/platforms/NAME.yml); required unless verify is false., type: str}
   artifacts_dir: {description: Directory on the controller for results (results go to its verify/ subdirectory)., type: path}
   run_id: {description: Run identifier recorded in the result., type: str}
-  profile_overrides: {description: Mapping deep-merged over the profile (e.g. C({rdma: {nics: 4}}))., type: dict, default: {}}
+  profile_overrides:
+    description: Mapping deep-merged over the profile (for example C({"rdma":{"nics":4}})).
+    type: dict
+    default: {}
   waive: {description: Check id patterns (fnmatch) reported but not failing (marked waived)., type: list, elements: str, default: []}
   timeout: {description: Seconds per probe command on the node., type: int, default: 60}
   vendor: {description: Vendor, or auto., type: str, default: auto, choices: [auto, nvidia, amd, ascend, none]}

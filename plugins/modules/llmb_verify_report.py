@@ -5,7 +5,8 @@ DOCUMENTATION = r"""
 module: llmb_verify_report
 short_description: Summarise the verify results of every play host and fail once, listing every deviation
 description:
-  - Reads each play host's registered M(llmb_verify) result (and M(llmb_verify_bandwidth) result when
+  - >-
+    Reads each play host's registered M(llmb_verify) result (and M(llmb_verify_bandwidth) result when
     the bandwidth tag ran), writes C(<artifacts_dir>/verify/summary.json), and fails with one message
     listing every failed check of every host as C(host: check: expected X, found Y. hint). Hosts that
     were unreachable or failed before verify are listed too.
