@@ -7,7 +7,8 @@ DOCUMENTATION = r"""
 module: llmb_service_ready
 short_description: Wait for a launch-plan service (systemd unit or container) to be ready and healthy
 description:
-  - Polls the readiness (TCP port open, or unit started and staying up) or the HTTP health of one
+  - Polls the readiness (TCP port open; the service's processes holding an established connection to
+    its master, for ranks that join one; or unit started and staying up) or the HTTP health of one
     service of the launch plan, from the node itself.
   - While waiting it watches the unit or container; an exit, a restart by systemd or a container in
     a restart loop fails at once, with the journal or container log tail in the message.
@@ -15,7 +16,7 @@ description:
 options:
   name: {description: Unit or container name., type: str, required: true}
   kind: {description: systemd, mpirun or container., type: str, required: true, choices: [systemd, mpirun, container]}
-  ready: {description: "Plan readiness spec: {type: tcp|started, host, port, timeout_s}.", type: dict}
+  ready: {description: "Plan readiness spec: {type: tcp|connected|started, host, port, timeout_s}.", type: dict}
   health: {description: "Plan health spec: {url, models_path, expect_model, timeout_s, interval_s}.", type: dict}
   timeout_s: {description: Override of the plan's timeout., type: int}
   interval_s: {description: Seconds between probes., type: int, default: 5}
@@ -45,7 +46,12 @@ import urllib.error  # noqa: E402
 import urllib.request  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible.module_utils.llmb.serve import container_verdict, parse_systemctl_show, unit_verdict  # noqa: E402
+from ansible.module_utils.llmb.serve import (  # noqa: E402
+    connected_to,
+    container_verdict,
+    parse_systemctl_show,
+    unit_verdict,
+)
 
 
 class Waiter:
@@ -59,6 +65,17 @@ class Waiter:
         rc, out, _ = self.m.run_command(["systemctl", "show", self.name, "-p",
                                          "ActiveState,SubState,NRestarts,ExecMainStatus,Result"])
         return parse_systemctl_show(out) if rc == 0 else {}
+
+    def main_pid(self):
+        """The unit's main process or the container's init process (0 when none)."""
+        if self.kind == "container":
+            rc, out, _ = self.m.run_command(["docker", "inspect", "-f", "{{.State.Pid}}", self.name])
+        else:
+            rc, out, _ = self.m.run_command(["systemctl", "show", self.name, "-p", "MainPID", "--value"])
+        try:
+            return int(out.strip()) if rc == 0 else 0
+        except ValueError:
+            return 0
 
     def logs(self):
         n = str(self.m.params["log_lines"])
@@ -147,6 +164,12 @@ def main():
             if tcp_open(spec["host"], spec["port"]):
                 module.exit_json(changed=False, waited_s=round(waited, 1))
             last = f"TCP {spec['host']}:{spec['port']} closed"
+        elif spec.get("type") == "connected":
+            ok, held = connected_to("/proc", [w.main_pid()], spec["host"], int(spec["port"]))
+            if ok:
+                module.exit_json(changed=False, waited_s=round(waited, 1))
+            last = (f"no established TCP connection to {spec['host']}:{spec['port']} from the service's "
+                    f"processes (they hold: {', '.join(held) or 'none'})")
         else:  # started: up and staying up for a few seconds
             stable_since = stable_since or time.monotonic()
             if time.monotonic() - stable_since >= 3:

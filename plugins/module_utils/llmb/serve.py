@@ -10,7 +10,10 @@
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import json
+import os
+import struct
 
 SPEC_LABEL = "io.llm-bringup.spec-hash"
 
@@ -123,3 +126,96 @@ def container_verdict(state: dict) -> str | None:
     if state.get("Restarting"):
         return f"container is restarting (exit code {state.get('ExitCode')})"
     return None
+
+
+# --------------------------------------------------------------------------- "connected" readiness
+# A rank that joins a master (a Ray worker: raylet and workers keep gRPC connections to the head's
+# GCS port) is ready when a process of its unit or container holds an ESTABLISHED TCP connection to
+# the master's address and port. Read from /proc, stdlib only (runs on the node).
+
+TCP_ESTABLISHED = "01"
+
+
+def proc_net_addr(text: str) -> tuple[str, int]:
+    """'0B00A8C0:18EB' (/proc/net/tcp, little-endian words) -> ('192.168.0.11', 6379); IPv6 too."""
+    host, port = text.split(":")
+    raw = bytes.fromhex(host)
+    words = b"".join(struct.pack("<I", w) for w in struct.unpack(f">{len(raw) // 4}I", raw))
+    addr = ipaddress.ip_address(words)
+    if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped:
+        addr = addr.ipv4_mapped
+    return str(addr), int(port, 16)
+
+
+def established_peers(tcp_tables: list[str]) -> dict[int, tuple[str, int]]:
+    """{socket inode: (remote address, remote port)} of ESTABLISHED sockets in /proc/net/tcp{,6} texts."""
+    out: dict[int, tuple[str, int]] = {}
+    for text in tcp_tables:
+        for line in text.splitlines()[1:]:
+            f = line.split()
+            if len(f) < 10 or f[3] != TCP_ESTABLISHED:
+                continue
+            try:
+                out[int(f[9])] = proc_net_addr(f[2])
+            except ValueError:
+                continue
+    return out
+
+
+def process_tree(proc: str, roots: list[int]) -> set[int]:
+    """roots and all their descendants, from <proc>/<pid>/stat parent ids."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir(proc):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"{proc}/{entry}/stat") as fh:
+                stat = fh.read()
+        except OSError:
+            continue
+        ppid = int(stat[stat.rindex(")") + 2 :].split()[1])
+        children.setdefault(ppid, []).append(int(entry))
+    seen: set[int] = set()
+    todo = [r for r in roots if r > 0]
+    while todo:
+        pid = todo.pop()
+        if pid not in seen:
+            seen.add(pid)
+            todo.extend(children.get(pid, []))
+    return seen
+
+
+def socket_inodes(proc: str, pids: set[int]) -> set[int]:
+    out: set[int] = set()
+    for pid in pids:
+        fd_dir = f"{proc}/{pid}/fd"
+        try:
+            fds = os.listdir(fd_dir)
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                target = os.readlink(f"{fd_dir}/{fd}")
+            except OSError:
+                continue
+            if target.startswith("socket:["):
+                out.add(int(target[8:-1]))
+    return out
+
+
+def connected_to(proc: str, roots: list[int], host: str, port: int) -> tuple[bool, list[str]]:
+    """Whether a process under roots holds an ESTABLISHED TCP connection to host:port; also the
+    remote endpoints it does hold (for the failure message)."""
+    pids = process_tree(proc, roots)
+    inodes = socket_inodes(proc, pids)
+    tables = []
+    for pid in sorted(pids)[:1]:  # one network namespace per unit or container
+        for name in ("tcp", "tcp6"):
+            try:
+                with open(f"{proc}/{pid}/net/{name}") as fh:
+                    tables.append(fh.read())
+            except OSError:
+                pass
+    peers = {i: p for i, p in established_peers(tables).items() if i in inodes}
+    held = sorted({f"{a}:{p}" for a, p in peers.values()})
+    return any(a == host and p == int(port) for a, p in peers.values()), held

@@ -1,10 +1,19 @@
+import json
+import os
 import shlex
+import socket
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from llmb.serve import (
     SPEC_LABEL,
+    proc_net_addr,
+    connected_to,
     container_verdict,
     docker_run_argv,
+    established_peers,
     parse_systemctl_show,
     spec_hash,
     systemd_exec,
@@ -84,3 +93,67 @@ def test_container_verdicts():
     assert "exit code 1" in container_verdict({"Status": "exited", "ExitCode": 1})
     assert container_verdict({"Status": "running", "Restarting": False}) is None
     assert "restarting" in container_verdict({"Status": "restarting", "Restarting": True, "ExitCode": 3})
+
+
+# ------------------------------------------------------------------ "connected" readiness (/proc)
+
+
+def test_hex_addresses_of_proc_net_tcp():
+    assert proc_net_addr("0100007F:18EB") == ("127.0.0.1", 6379)
+    assert proc_net_addr("0B001EAC:1F40") == ("172.30.0.11", 8000)
+    assert proc_net_addr("00000000000000000000000001000000:0016") == ("::1", 22)
+    assert proc_net_addr("0000000000000000FFFF00000B001EAC:18EB") == ("172.30.0.11", 6379)  # v4-mapped
+
+
+def test_established_peers_keeps_only_established():
+    table = (
+        "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n"
+        "   0: 00000000:18EB 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 111 1\n"
+        "   1: 0C001EAC:9C40 0B001EAC:18EB 01 00000000:00000000 00:00000000 00000000     0        0 222 1\n"
+        "   2: 0C001EAC:9C41 0B001EAC:18EB 06 00000000:00000000 00:00000000 00000000     0        0 333 1\n"
+    )
+    assert established_peers([table]) == {222: ("172.30.0.11", 6379)}
+
+
+def test_connected_to_sees_a_real_connection_of_a_child_process():
+    """A child process connects to a listener here; connected_to finds it from the parent's pid."""
+
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen()
+    port = srv.getsockname()[1]
+    other = socket.socket()
+    other.bind(("127.0.0.1", 0))
+    other.listen()
+    child = subprocess.Popen(
+        [sys.executable, "-c",
+         f"import socket,time; s=socket.create_connection(('127.0.0.1',{port})); print('up', flush=True); time.sleep(30)"],
+        stdout=subprocess.PIPE, text=True,
+    )
+    try:
+        assert child.stdout.readline().strip() == "up"
+        conn, _ = srv.accept()
+        ok, held = connected_to("/proc", [os.getpid()], "127.0.0.1", port)
+        assert ok and f"127.0.0.1:{port}" in held
+        ok, _ = connected_to("/proc", [os.getpid()], "127.0.0.1", other.getsockname()[1])
+        assert not ok  # nothing connects there
+        ok, held = connected_to("/proc", [child.pid + 10_000_000], "127.0.0.1", port)
+        assert not ok and held == []  # a pid that does not exist holds nothing
+        conn.close()
+    finally:
+        child.kill()
+        child.wait()
+        srv.close()
+        other.close()
+
+
+def test_ray_worker_waits_until_joined_the_head():
+    """The worker's readiness is its connection to the head's GCS port (not just 'started')."""
+
+    root = Path(__file__).resolve().parents[3]
+    out = subprocess.run([sys.executable, str(root / "scripts/launch-plan"), "-i", "inventories/sim", "--format", "json"],
+                         capture_output=True, text=True, cwd=root, check=True)
+    plan = {hp["host"]: hp for hp in json.loads(out.stdout)}
+    (worker,) = [s for s in plan["node2"]["services"] if s["role"] == "ray-worker"]
+    assert worker["ready"]["type"] == "connected"
+    assert (worker["ready"]["host"], worker["ready"]["port"]) == (plan["node1"]["address"], 6379)

@@ -320,6 +320,11 @@ def ready_tcp(ctx: Context, node: Node, port: int) -> dict[str, Any]:
     return {"type": "tcp", "host": node.address, "port": port, "timeout_s": ctx.v["llmb_ready_timeout_s"]}
 
 
+def ready_connected(ctx: Context, master: Node, port: int) -> dict[str, Any]:
+    """Ready once the service holds an established TCP connection to master:port (joined it)."""
+    return {"type": "connected", "host": master.address, "port": port, "timeout_s": ctx.v["llmb_ready_timeout_s"]}
+
+
 def ready_started(ctx: Context) -> dict[str, Any]:
     return {"type": "started", "timeout_s": ctx.v["llmb_ready_timeout_s"]}
 

@@ -132,7 +132,8 @@ def services(ctx: Context, topo: Topology, ea: EngineArgs) -> list[HostPlan]:
                 ray.ready = common.ready_tcp(ctx, node, v["llmb_ray_port"])
             else:
                 ray.depends_on = [common.dep_ref(head, ray_name)]
-                ray.ready = common.ready_started(ctx)
+                # joined: the worker's raylet keeps its connection to the head's GCS port
+                ray.ready = common.ready_connected(ctx, head, v["llmb_ray_port"])
             hp.services.append(ray)
 
         if topo.mode == "ray" and not is_head:
