@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 from llmb.serve import (
     SPEC_LABEL,
-    proc_net_addr,
     connected_to,
     container_verdict,
     docker_run_argv,
     established_peers,
     parse_systemctl_show,
+    proc_net_addr,
     spec_hash,
     systemd_exec,
     unit_verdict,
