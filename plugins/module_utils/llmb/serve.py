@@ -10,10 +10,10 @@
 from __future__ import annotations
 
 import hashlib
-import ipaddress
 import json
 import os
-import struct
+
+from .procnet import TCP_ESTABLISHED, addr, read_tables, rows, socket_inodes
 
 SPEC_LABEL = "io.llm-bringup.spec-hash"
 
@@ -133,30 +133,13 @@ def container_verdict(state: dict) -> str | None:
 # GCS port) is ready when a process of its unit or container holds an ESTABLISHED TCP connection to
 # the master's address and port. Read from /proc, stdlib only (runs on the node).
 
-TCP_ESTABLISHED = "01"
-
-
-def proc_net_addr(text: str) -> tuple[str, int]:
-    """'0B00A8C0:18EB' (/proc/net/tcp, little-endian words) -> ('192.168.0.11', 6379); IPv6 too."""
-    host, port = text.split(":")
-    raw = bytes.fromhex(host)
-    words = b"".join(struct.pack("<I", w) for w in struct.unpack(f">{len(raw) // 4}I", raw))
-    addr = ipaddress.ip_address(words)
-    if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped:
-        addr = addr.ipv4_mapped
-    return str(addr), int(port, 16)
-
-
 def established_peers(tcp_tables: list[str]) -> dict[int, tuple[str, int]]:
     """{socket inode: (remote address, remote port)} of ESTABLISHED sockets in /proc/net/tcp{,6} texts."""
     out: dict[int, tuple[str, int]] = {}
     for text in tcp_tables:
-        for line in text.splitlines()[1:]:
-            f = line.split()
-            if len(f) < 10 or f[3] != TCP_ESTABLISHED:
-                continue
+        for _local, remote, inode in rows(text, TCP_ESTABLISHED):
             try:
-                out[int(f[9])] = proc_net_addr(f[2])
+                out[inode] = addr(remote)
             except ValueError:
                 continue
     return out
@@ -185,37 +168,13 @@ def process_tree(proc: str, roots: list[int]) -> set[int]:
     return seen
 
 
-def socket_inodes(proc: str, pids: set[int]) -> set[int]:
-    out: set[int] = set()
-    for pid in pids:
-        fd_dir = f"{proc}/{pid}/fd"
-        try:
-            fds = os.listdir(fd_dir)
-        except OSError:
-            continue
-        for fd in fds:
-            try:
-                target = os.readlink(f"{fd_dir}/{fd}")
-            except OSError:
-                continue
-            if target.startswith("socket:["):
-                out.add(int(target[8:-1]))
-    return out
-
-
 def connected_to(proc: str, roots: list[int], host: str, port: int) -> tuple[bool, list[str]]:
     """Whether a process under roots holds an ESTABLISHED TCP connection to host:port; also the
     remote endpoints it does hold (for the failure message)."""
     pids = process_tree(proc, roots)
-    inodes = socket_inodes(proc, pids)
-    tables = []
-    for pid in sorted(pids)[:1]:  # one network namespace per unit or container
-        for name in ("tcp", "tcp6"):
-            try:
-                with open(f"{proc}/{pid}/net/{name}") as fh:
-                    tables.append(fh.read())
-            except OSError:
-                pass
+    inodes = {i for pid in pids for i in socket_inodes(proc, pid)}
+    # one network namespace per unit or container: the tables of any one of its processes
+    tables = read_tables(f"{proc}/{min(pids)}/net") if pids else []
     peers = {i: p for i, p in established_peers(tables).items() if i in inodes}
     held = sorted({f"{a}:{p}" for a, p in peers.values()})
     return any(a == host and p == int(port) for a, p in peers.values()), held

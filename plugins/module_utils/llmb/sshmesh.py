@@ -25,6 +25,8 @@ import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+from .procnet import TCP_LISTEN, read_tables, rows, socket_inodes
+
 KEY_TYPES = (
     "ssh-ed25519",
     "ssh-rsa",
@@ -156,22 +158,14 @@ def known_hosts_for_nodes(nodes: list[dict], port: int = 22, container_port: int
 
 # --------------------------------------------------------------------------- listeners (node side)
 
-_TCP_LISTEN = "0A"
-
-
 def parse_proc_net_tcp(text: str) -> list[tuple[int, int]]:
     """(local port, socket inode) of every LISTEN socket in /proc/net/tcp or tcp6 text."""
     out = []
-    for line in text.splitlines()[1:]:
-        f = line.split()
-        if len(f) < 10 or f[3] != _TCP_LISTEN:
-            continue
+    for local, _remote, inode in rows(text, TCP_LISTEN):
         try:
-            port = int(f[1].rsplit(":", 1)[1], 16)
-            inode = int(f[9])
+            out.append((int(local.rsplit(":", 1)[1], 16), inode))
         except (IndexError, ValueError):
             continue
-        out.append((port, inode))
     return out
 
 
@@ -180,34 +174,13 @@ def listeners(port: int, proc: str = "/proc") -> list[dict]:
 
     A listener whose process cannot be seen (another PID namespace) is reported with pid None.
     """
-    inodes = set()
-    for name in ("tcp", "tcp6"):
-        try:
-            with open(os.path.join(proc, "net", name), encoding="ascii", errors="replace") as fh:
-                inodes.update(ino for p, ino in parse_proc_net_tcp(fh.read()) if p == int(port))
-        except OSError:
-            continue
+    inodes = {ino for text in read_tables(os.path.join(proc, "net"))
+              for p, ino in parse_proc_net_tcp(text) if p == int(port)}
     if not inodes:
         return []
-    wanted = {f"socket:[{i}]" for i in inodes}
-    found: dict[int, dict] = {}
-    for pid in (d for d in os.listdir(proc) if d.isdigit()):
-        fd_dir = os.path.join(proc, pid, "fd")
-        try:
-            fds = os.listdir(fd_dir)
-        except OSError:
-            continue
-        for fd in fds:
-            try:
-                target = os.readlink(os.path.join(fd_dir, fd))
-            except OSError:
-                continue
-            if target in wanted:
-                found[int(pid)] = _process(proc, int(pid))
-                break
-    if not found:
-        return [{"pid": None, "comm": "?", "cmdline": "?"}]
-    return [found[p] for p in sorted(found)]
+    found = [_process(proc, int(pid)) for pid in sorted((d for d in os.listdir(proc) if d.isdigit()), key=int)
+             if inodes & socket_inodes(proc, int(pid))]
+    return found or [{"pid": None, "comm": "?", "cmdline": "?"}]
 
 
 def _process(proc: str, pid: int) -> dict:

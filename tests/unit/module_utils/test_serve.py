@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from llmb import procnet
 from llmb.serve import (
     SPEC_LABEL,
     connected_to,
@@ -14,7 +15,6 @@ from llmb.serve import (
     docker_run_argv,
     established_peers,
     parse_systemctl_show,
-    proc_net_addr,
     spec_hash,
     systemd_exec,
     unit_verdict,
@@ -99,10 +99,10 @@ def test_container_verdicts():
 
 
 def test_hex_addresses_of_proc_net_tcp():
-    assert proc_net_addr("0100007F:18EB") == ("127.0.0.1", 6379)
-    assert proc_net_addr("0B001EAC:1F40") == ("172.30.0.11", 8000)
-    assert proc_net_addr("00000000000000000000000001000000:0016") == ("::1", 22)
-    assert proc_net_addr("0000000000000000FFFF00000B001EAC:18EB") == ("172.30.0.11", 6379)  # v4-mapped
+    assert procnet.addr("0100007F:18EB") == ("127.0.0.1", 6379)
+    assert procnet.addr("0B001EAC:1F40") == ("172.30.0.11", 8000)
+    assert procnet.addr("00000000000000000000000001000000:0016") == ("::1", 22)
+    assert procnet.addr("0000000000000000FFFF00000B001EAC:18EB") == ("172.30.0.11", 6379)  # v4-mapped
 
 
 def test_established_peers_keeps_only_established():
