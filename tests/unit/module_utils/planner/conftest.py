@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 from llmb.planner import plan_inventory
-from llmb.planner.data import DataDir
+from llmb.catalog import Catalog
 from planner_helpers import REPO, load_inventory
 
 
 @pytest.fixture(scope="session")
-def data() -> DataDir:
-    return DataDir(REPO / "data")
+def data() -> Catalog:
+    return Catalog(REPO / "data")
 
 
 @pytest.fixture
