@@ -23,9 +23,10 @@ import copy
 import json
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 ENV_DATA_DIR = "LLMB_DATA_DIR"
 # The accelerator vendors: a platform's `vendor`, an engine's `images` keys, the node probes.

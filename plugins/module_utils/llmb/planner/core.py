@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .context import Context, resolve
 from ..catalog import Catalog
+from .context import Context, resolve
 from .engines import common, sglang, trtllm, vllm
 from .inventory import read_deployment
 from .model import HostPlan, PlanError, Problem

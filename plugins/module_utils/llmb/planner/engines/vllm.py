@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..context import Context
 from ...catalog import Catalog
+from ..context import Context
 from ..flags import EngineArgs, FlagSet, load_flagset
 from ..inventory import Node
 from ..model import HostPlan, Problem, Service
