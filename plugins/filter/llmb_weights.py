@@ -17,6 +17,7 @@ _MODULE_UTILS = str(Path(__file__).resolve().parents[1] / "module_utils")
 if _MODULE_UTILS not in sys.path:
     sys.path.insert(0, _MODULE_UTILS)
 
+from llmb.catalog import CatalogError, select_config_patches  # noqa: E402
 from llmb.weights.plan import PlanError, fetch_plan, hub_fetchers, relay_servers, senders  # noqa: E402
 
 
@@ -40,21 +41,13 @@ def llmb_weights_hub_fetchers(plan):
 
 
 def llmb_weights_patches(profile, engine, platform=None):
-    """config.json patches of the model profile for this engine, then this platform (the same
-    selection as the launch planner's)."""
-    table = (profile or {}).get("config_patches") or {}
-    out = []
-    for key in (engine, platform):
-        if not key:
-            continue
-        for patch in table.get(key) or []:
-            if not isinstance(patch, dict) or "path" not in patch or "value" not in patch:
-                raise AnsibleFilterError(f"config_patches.{key}: each patch needs path and value, got {patch!r}")
-            item = {"path": patch["path"], "value": patch["value"], "key": key}
-            if patch.get("expect") is not None:
-                item["expect"] = patch["expect"]
-            out.append(item)
-    return out
+    """config.json patches of the model profile for this engine and platform: the choice the launch
+    planner makes too (llmb.catalog.select_config_patches)."""
+    try:
+        table = (profile or {}).get("config_patches")
+        return [p.to_dict() for p in select_config_patches(table, engine, platform)]
+    except (CatalogError, AttributeError) as err:
+        raise AnsibleFilterError(f"weights patches: {err}") from None
 
 
 class FilterModule:

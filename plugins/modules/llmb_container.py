@@ -45,20 +45,10 @@ spec_hash: {description: Hash of the spec., type: str, returned: always}
 """
 
 import json  # noqa: E402
-import re  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible.module_utils.llmb.secrets import masked_argv as masked  # noqa: E402
 from ansible.module_utils.llmb.serve import SPEC_LABEL, docker_run_argv  # noqa: E402
-
-SECRET = re.compile(r"(?i)token|secret|password|key")
-
-
-def masked(argv):
-    out = []
-    for a in argv:
-        k, sep, _ = a.partition("=")
-        out.append(f"{k}=********" if sep and SECRET.search(k) and not a.startswith("-") else a)
-    return out
 
 
 def main():

@@ -3,160 +3,34 @@
     checks = verify(facts, profile)            # [{'id', 'ok', 'expected', 'found', 'hint'}, ...]
     result = summarize(host, profile, checks)  # {'host', 'platform', 'ok', 'checks', 'failed'}
 
-Pure Python, no Ansible imports. PyYAML is needed only by load_profile() (controller side).
+Pure Python, no Ansible imports. Profiles come from llmb.catalog (PyYAML, controller side).
 """
 
 from __future__ import annotations
 
-import copy
 import fnmatch
 import json
 import os
 import re
 from itertools import combinations
 
-PROFILE_DIR_ENV = "LLMB_PLATFORMS_DIR"
-VENDORS = ("nvidia", "amd", "ascend")
+from .catalog import Catalog, platform_errors
 
-
-# --------------------------------------------------------------------------- profiles
-
-
-def default_profile_dir() -> str:
-    here = os.path.dirname(os.path.abspath(__file__))
-    return os.environ.get(PROFILE_DIR_ENV) or os.path.normpath(os.path.join(here, "..", "..", "..", "data", "platforms"))
+# The platform profiles are read, validated and deep-merged with profile_overrides by llmb.catalog
+# (controller side, PyYAML); verify only compares facts with the mapping it returns.
+validate_profile = platform_errors
 
 
 def profile_names(directory: str | None = None) -> list[str]:
-    d = directory or default_profile_dir()
-    return sorted(f[:-4] for f in os.listdir(d) if f.endswith(".yml"))
-
-
-def deep_merge(base: dict, override: dict) -> dict:
-    out = copy.deepcopy(base)
-    for k, v in (override or {}).items():
-        if isinstance(v, dict) and isinstance(out.get(k), dict):
-            out[k] = deep_merge(out[k], v)
-        else:
-            out[k] = copy.deepcopy(v)
-    return out
-
-
-def _scalar(text: str):
-    t = text.strip()
-    if t in ("null", "~", ""):
-        return None
-    if t in ("true", "false"):
-        return t == "true"
-    if len(t) >= 2 and t[0] == t[-1] and t[0] in "'\"":
-        return t[1:-1]
-    if t.startswith("[") and t.endswith("]"):
-        inner = t[1:-1].strip()
-        return [_scalar(x) for x in inner.split(",")] if inner else []
-    if re.fullmatch(r"-?\d+", t):
-        return int(t)
-    if re.fullmatch(r"-?\d+\.\d*", t):
-        return float(t)
-    return t
-
-
-def mini_yaml(text: str) -> dict:
-    """The YAML subset the platform profiles use (nested mappings, scalars, flow lists, comments).
-
-    Used where PyYAML is not installed (a bare node running scripts/hwfacts --local); a unit test
-    holds it equal to PyYAML on every profile.
-    """
-    root: dict = {}
-    stack = [(-1, root)]
-    for n, raw in enumerate(text.splitlines(), 1):
-        line = re.sub(r"\s+#.*$", "", raw) if "'" not in raw and '"' not in raw else raw
-        if not line.strip() or line.lstrip().startswith("#"):
-            continue
-        indent = len(line) - len(line.lstrip(" "))
-        key, sep, value = line.strip().partition(":")
-        if not sep:
-            raise ValueError(f"line {n}: not 'key: value': {raw!r}")
-        while indent <= stack[-1][0]:
-            stack.pop()
-        parent = stack[-1][1]
-        if value.strip() == "":
-            parent[key] = {}
-            stack.append((indent, parent[key]))
-        else:
-            parent[key] = _scalar(value)
-    return root
+    return Catalog(platforms_dir=directory).platform_names()
 
 
 def load_profile(name: str, directory: str | None = None, overrides: dict | None = None) -> dict:
-    d = directory or default_profile_dir()
-    path = os.path.join(d, f"{name}.yml")
-    if not re.fullmatch(r"[a-z0-9][a-z0-9.-]*", name or "") or not os.path.exists(path):
-        raise ValueError(f"unknown platform profile {name!r}; known: {', '.join(profile_names(d))} (in {d})")
-    with open(path, encoding="utf-8") as fh:
-        text = fh.read()
-    try:
-        import yaml
-    except ImportError:
-        profile = mini_yaml(text)
-    else:
-        profile = yaml.safe_load(text)
-    profile = deep_merge(profile, overrides or {})
-    errors = validate_profile(profile)
-    if errors:
-        raise ValueError(f"platform profile {name!r} ({path}) is invalid: " + "; ".join(errors))
-    return profile
+    """The profile mapping of data/platforms/<name>.yml (or <directory>/<name>.yml), overrides merged.
 
-
-def validate_profile(p: dict) -> list[str]:
-    errs: list[str] = []
-
-    def need(path, types, allow_none=False):
-        types = types if isinstance(types, tuple) else (types,)
-        cur = p
-        for part in path.split("."):
-            if not isinstance(cur, dict) or part not in cur:
-                errs.append(f"{path} is missing")
-                return None
-            cur = cur[part]
-        if cur is None and allow_none:
-            return None
-        if not isinstance(cur, types) or (isinstance(cur, bool) and bool not in types):
-            names = " or ".join(t.__name__ for t in types) + (" or null" if allow_none else "")
-            errs.append(f"{path} must be {names}, found {cur!r}")
-            return None
-        return cur
-
-    if not isinstance(p, dict):
-        return ["profile must be a mapping"]
-    need("name", str)
-    vendor = need("vendor", str)
-    if vendor and vendor not in VENDORS:
-        errs.append(f"vendor must be one of {', '.join(VENDORS)}, found {vendor!r}")
-    pat = need("devices.model_pattern", str)
-    if pat:
-        try:
-            re.compile(pat)
-        except re.error as exc:
-            errs.append(f"devices.model_pattern is not a regular expression: {exc}")
-    need("devices.count", int)
-    need("devices.memory_mib", int)
-    need("driver.min_version", str)
-    matrix = need("interconnect.matrix", dict)
-    for key, labels in (matrix or {}).items():
-        if key not in ("default", "same_card"):
-            errs.append(f"interconnect.matrix.{key}: only 'default' and 'same_card' are known")
-        if not isinstance(labels, list) or not all(isinstance(x, str) for x in labels):
-            errs.append(f"interconnect.matrix.{key} must be a list of labels")
-    need("interconnect.links_per_device", int, allow_none=True)
-    need("interconnect.link_speed_gbps", (int, float), allow_none=True)
-    need("numa.nodes", int, allow_none=True)
-    nodes = need("numa.device_nodes", list, allow_none=True)
-    count = (p.get("devices") or {}).get("count")
-    if nodes is not None and isinstance(count, int) and len(nodes) != count:
-        errs.append(f"numa.device_nodes lists {len(nodes)} devices, devices.count is {count}")
-    need("fabric_manager.required", bool)
-    need("rdma.nics", int)
-    return errs
+    Raises ValueError (llmb.catalog.CatalogError) naming the file and the field when it is invalid.
+    """
+    return Catalog(platforms_dir=directory).platform(name, overrides).profile()
 
 
 # --------------------------------------------------------------------------- helpers

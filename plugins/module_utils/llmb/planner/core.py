@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..catalog import Catalog
 from .context import Context, resolve
-from .data import DataDir
 from .engines import common, sglang, trtllm, vllm
 from .inventory import read_deployment
 from .model import HostPlan, PlanError, Problem
@@ -42,7 +42,7 @@ def check(hostvars: Any, groups: dict[str, Any], data_dir: str | None = None) ->
 def plan_inventory(
     hostvars: Any, groups: dict[str, Any], data_dir: str | None = None, source: str = "inventory"
 ) -> Planned:
-    data = DataDir(data_dir)
+    data = Catalog(data_dir)
     dep, problems = read_deployment(hostvars, groups)
     if dep is None or problems:
         raise PlanError(problems, source)

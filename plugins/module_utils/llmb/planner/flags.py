@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .data import DataDir
 from .model import Problem
+
+if TYPE_CHECKING:
+    from ..catalog import Catalog
 
 VALUE_TYPES = {"int", "float", "str", "json", "choice", "list", "optional"}
 NO_VALUE_TYPES = {"flag", "bool"}
@@ -107,7 +109,7 @@ def _scalar(value: Any) -> str:
     return str(value)
 
 
-def load_flagset(data: DataDir, engine: str, version: str) -> FlagSet | None:
+def load_flagset(data: Catalog, engine: str, version: str) -> FlagSet | None:
     name = f"{engine}-{version}"
     doc = data.flagset_doc(name)
     if doc is None:
@@ -115,7 +117,7 @@ def load_flagset(data: DataDir, engine: str, version: str) -> FlagSet | None:
     return flagset_from_doc(data, name, doc)
 
 
-def flagset_from_doc(data: DataDir, name: str, doc: dict[str, Any]) -> FlagSet:
+def flagset_from_doc(data: Catalog, name: str, doc: dict[str, Any]) -> FlagSet:
     merged: dict[str, Any] = {}
     if doc.get("extends"):
         base = data.flagset_doc(doc["extends"])

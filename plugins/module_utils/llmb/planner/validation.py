@@ -17,7 +17,7 @@ from .model import HostPlan, Problem
 # engine -> vendors it runs on in this toolkit
 ENGINE_VENDORS = {
     "vllm": ("nvidia", "amd"),
-    "vllm-ascend": ("huawei",),
+    "vllm-ascend": ("ascend",),
     "sglang": ("nvidia", "amd"),
     "trtllm": ("nvidia",),
 }
@@ -80,7 +80,7 @@ def check_engine_platform(ctx: Context) -> list[Problem]:
     problems = []
     vendors = ENGINE_VENDORS[ctx.engine]
     if ctx.platform.vendor not in vendors:
-        alt = {"huawei": "vllm-ascend", "amd": "vllm", "nvidia": "vllm"}.get(ctx.platform.vendor, "vllm")
+        alt = {"ascend": "vllm-ascend", "amd": "vllm", "nvidia": "vllm"}.get(ctx.platform.vendor, "vllm")
         problems.append(
             Problem(
                 check="engine-platform",
@@ -442,14 +442,7 @@ def check_model(ctx: Context, engine_args: dict[str, Any]) -> list[Problem]:
 
 def model_patches(ctx: Context) -> list[dict[str, Any]]:
     """config.json patches that apply to this engine and platform (engine key, then platform key)."""
-    table = ctx.model.get("config_patches") or {}
-    out: list[dict[str, Any]] = []
-    for key in (ctx.engine, ctx.platform.name):
-        for patch in table.get(key) or []:
-            out.append(
-                {"path": patch["path"], "value": patch["value"], "expect": patch.get("expect"), "key": key}
-            )
-    return out
+    return [p.to_dict() for p in ctx.model_record.patches_for(ctx.engine, ctx.platform.name)]
 
 
 def check_ports(ctx: Context, plans: list[HostPlan]) -> list[Problem]:

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import pytest
+from llmb.catalog import Catalog
 from llmb.planner import plan_inventory
-from llmb.planner.data import DataDir
 from planner_helpers import REPO, load_inventory
 
 
 @pytest.fixture(scope="session")
-def data() -> DataDir:
-    return DataDir(REPO / "data")
+def data() -> Catalog:
+    return Catalog(REPO / "data")
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ import importlib.util
 import shlex
 from pathlib import Path
 
-from llmb.planner.data import DataDir
+from llmb.catalog import Catalog
 from llmb.planner.flags import FlagSet, load_flagset
 
 REPO = Path(__file__).resolve().parents[4]
@@ -40,7 +40,7 @@ def load_inventory(name: str) -> tuple[dict, dict]:
     return copy.deepcopy(hv), copy.deepcopy(groups)
 
 
-def flagset_of(data: DataDir, engine: str, version: str) -> FlagSet:
+def flagset_of(data: Catalog, engine: str, version: str) -> FlagSet:
     fs = load_flagset(data, engine, version)
     assert fs is not None, f"no flag set {engine}-{version}"
     return fs

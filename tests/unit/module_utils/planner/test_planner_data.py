@@ -6,11 +6,11 @@ import re
 
 import pytest
 import yaml
-from llmb.planner.data import BUILTIN_PLATFORMS, DataDir
+from llmb.catalog import Catalog
 from llmb.planner.inventory import KNOBS
 from planner_helpers import INVENTORIES, REPO
 
-DATA = DataDir(REPO / "data")
+DATA = Catalog(REPO / "data")
 MODELS = DATA.model_names()
 
 
@@ -20,7 +20,7 @@ def test_expected_models_exist():
 
 @pytest.mark.parametrize("name", MODELS)
 def test_model_profile_fields(name):
-    doc = DATA.model(name)
+    doc = DATA.model(name).raw
     for key in (
         "repo_id",
         "total_size_bytes",
@@ -45,7 +45,7 @@ def test_model_profile_fields(name):
 
 
 def test_kimi_patches_are_the_recipes():
-    doc = DATA.model("kimi-k2-thinking")
+    doc = DATA.model("kimi-k2-thinking").raw
     assert doc["config_patches"]["vllm-ascend"] == [
         {"path": "quantization_config.config_groups.group_0.targets", "value": ["MoE"], "expect": ["Linear"]}
     ]
@@ -58,32 +58,45 @@ def test_kimi_patches_are_the_recipes():
 
 @pytest.mark.parametrize("name", ["long-context", "low-latency", "high-throughput"])
 def test_presets_cover_every_engine(name):
-    doc = DATA.preset(name)
+    doc = DATA.preset(name).raw
     assert doc["source"].startswith("seed")
     assert set(doc["engines"]) == {"vllm", "vllm-ascend", "sglang", "trtllm"}
 
 
-def test_platform_accessor_reads_the_verify_profiles():
-    for name in BUILTIN_PLATFORMS:
+def test_planner_platforms_are_the_verify_profiles():
+    """The planner's platform facts come from the same files verify checks nodes against."""
+    assert DATA.platform_names() == sorted(p.stem for p in (REPO / "data" / "platforms").glob("*.yml"))
+    for name in DATA.platform_names():
         p = DATA.platform(name)
-        assert p is not None and p.device_count >= 1 and p.device_memory_gb > 10
+        assert p.device_count >= 1 and p.device_memory_gb > 10 and p.vendor in ("nvidia", "amd", "ascend")
     assert DATA.platform("h800-hgx8").device_count == 8
-    assert DATA.platform("a3-16npu").vendor == "huawei"
-    assert DATA.platform("nope") is None
+    assert DATA.platform("a3-16npu").vendor == "ascend"
+    assert DATA.platform("mi300x-8").device_memory_mib == 196592
 
 
-def test_platform_accessor_falls_back_to_builtin(tmp_path):
-    p = DataDir(tmp_path).platform("h100-hgx8")
-    assert p.source == "builtin" and p.device_count == 8
+def test_unknown_platform_is_a_problem_listing_the_profiles(planned):
+    from llmb.planner import PlanError
+
+    with pytest.raises(PlanError) as err:
+        planned("h800", llmb_platform="h900-hgx8")
+    (problem,) = [p for p in err.value.problems if p.check == "platform"]
+    assert problem.message == "unknown platform 'h900-hgx8'" and "h800-hgx8" in problem.expected
 
 
-def test_platform_accessor_accepts_device_memory_gb(tmp_path):
-    (tmp_path / "platforms").mkdir()
-    (tmp_path / "platforms" / "x.yml").write_text(
-        "vendor: nvidia\ndevice: {model: X, count: 4, memory_gb: 24}\n"
-    )
-    p = DataDir(tmp_path).platform("x")
-    assert (p.device_count, p.device_memory_gb, p.device_model) == (4, 24.0, "X")
+def test_malformed_platform_is_a_problem_naming_file_and_field(tmp_path, inventory):
+    import shutil
+
+    from llmb.planner import PlanError, plan_inventory
+
+    shutil.copytree(REPO / "data", tmp_path / "data")
+    path = tmp_path / "data" / "platforms" / "h800-hgx8.yml"
+    path.write_text(path.read_text().replace("  count: 8\n", "", 1))
+    hv, groups = inventory("h800")
+    with pytest.raises(PlanError) as err:
+        plan_inventory(hv, groups, str(tmp_path / "data"))
+    (problem,) = err.value.problems
+    assert problem.check == "platform" and problem.found == str(path)
+    assert "devices.count is missing" in problem.message and str(path) in problem.message
 
 
 # the recipe inventories of the launch planner (other stages keep inventories of their own here)

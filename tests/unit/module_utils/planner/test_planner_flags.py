@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 
 import pytest
-from llmb.planner.data import DataDir, load_commented_json
+from llmb.catalog import Catalog, load_commented_json
 from llmb.planner.flags import EngineArgs, load_flagset
 from planner_helpers import REPO
 
-DATA = DataDir(REPO / "data")
+DATA = Catalog(REPO / "data")
 
 
 @pytest.fixture(scope="module")
@@ -109,7 +109,7 @@ def test_vllm_ascend_extends_vllm():
     fs = load_flagset(DATA, "vllm-ascend", "0.20.2rc1")
     assert fs.resolve("-pcp") == ("--prefill-context-parallel-size", False)
     assert fs.resolve("--enable-expert-parallel") == ("--enable-expert-parallel", False)
-    assert fs.config_checks and fs.images["huawei"].startswith("quay.io/ascend/vllm-ascend:")
+    assert fs.config_checks and fs.images["ascend"].startswith("quay.io/ascend/vllm-ascend:")
 
 
 @pytest.mark.parametrize("path", sorted((REPO / "data" / "engines").glob("*.yml")), ids=lambda p: p.name)

@@ -81,11 +81,11 @@ def iface_env(ctx: Context, node: Node, multinode: bool) -> dict[str, str]:
     if iface:
         env["GLOO_SOCKET_IFNAME"] = iface
         env["TP_SOCKET_IFNAME"] = iface
-        if vendor == "huawei":
+        if vendor == "ascend":
             env["HCCL_SOCKET_IFNAME"] = iface
         else:
             env["NCCL_SOCKET_IFNAME"] = iface
-    if vendor == "huawei":
+    if vendor == "ascend":
         if iface or multinode:
             env["HCCL_IF_IP"] = node.address
     if ctx.engine in ("vllm", "vllm-ascend") and (iface or multinode):

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ...catalog import Catalog
 from ..context import Context
-from ..data import DataDir
 from ..flags import EngineArgs, FlagSet, load_flagset
 from ..inventory import Node
 from ..model import HostPlan, Problem, Service
@@ -49,7 +49,7 @@ def engine_args(ctx: Context, topo: Topology) -> tuple[EngineArgs, list[Problem]
 def _platform_bits(ctx: Context) -> tuple[dict[str, str], list[str], list[str], dict[str, Any]]:
     """(env, devices, mounts, container defaults) for the platform vendor."""
     vendor = ctx.platform.vendor
-    if vendor == "huawei":
+    if vendor == "ascend":
         return (
             dict(vllm_ascend.ASCEND_ENV),
             vllm_ascend.devices(ctx.platform.device_count),
@@ -61,7 +61,7 @@ def _platform_bits(ctx: Context) -> tuple[dict[str, str], list[str], list[str], 
     return {}, [], [], dict(nvidia.NVIDIA_CONTAINER)
 
 
-def _ray_flagset(data: DataDir) -> FlagSet:
+def _ray_flagset(data: Catalog) -> FlagSet:
     for name in data.flagset_names():
         doc = data.flagset_doc(name)
         if doc and doc.get("engine") == "ray":
