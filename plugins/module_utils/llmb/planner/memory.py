@@ -83,6 +83,7 @@ class MemoryFit:
     device_gib: float
     fraction_flag: str
     fraction: float
+    total_bytes: float
     weights_bytes: float
     weight_shards: int
     weight_split: str
@@ -113,27 +114,35 @@ class MemoryFit:
     def arithmetic(self) -> str:
         """Every term of the prediction, as one line of text."""
         w = self.weights_bytes
+        weights = (
+            f"{self.total_bytes / 1e9:,.1f} GB of weights / ({self.weight_split} = {self.weight_shards} devices)"
+            f" = {w / 1e9:,.1f} GB per device ({_gib(w)})"
+        )
+        frac = f"{self.fraction:g} ({self.fraction_flag})"
         if self.engine == "trtllm":
             avail = (
-                f"({self.device_gib:.1f} GiB - weights {_gib(w)} - headroom {self.headroom_gib:.1f} GiB) "
-                f"x {self.fraction_flag} {self.fraction:g} = KV {_gib(self.kv_available_bytes)}"
+                f"({self.device_gib:.1f} GiB - {weights} - headroom {self.headroom_gib:.1f} GiB) x {frac}"
+                f" = KV {_gib(self.kv_available_bytes)}"
             )
         else:
             head = f" - activation/CUDA-graph headroom {self.headroom_gib:.1f} GiB" if self.headroom_gib else ""
             avail = (
-                f"{self.device_gib:.1f} GiB x {self.fraction_flag} {self.fraction:g} = {_gib(self.budget_bytes)}"
-                f" - weights {_gib(w)} ({w / 1e9:,.1f} GB / {self.weight_split} = {self.weight_shards} "
-                f"shards){head} = KV {_gib(self.kv_available_bytes)}"
+                f"{self.device_gib:.1f} GiB x {frac} = {_gib(self.budget_bytes)} - {weights}{head}"
+                f" = KV {_gib(self.kv_available_bytes)}"
             )
         dcp = f" x DCP {self.dcp}" if self.dcp > 1 else ""
+        if self.kv_available_bytes > 0:
+            count = f"{_gib(self.kv_available_bytes)} / {self.kv_bytes_per_token:,}{dcp} = {self.kv_tokens:,}"
+        else:
+            count = "no memory left: 0"
         tokens = (
             f"KV per token per rank {self.kv_formula} = {self.kv_bytes_per_token:,} bytes; "
-            f"{_gib(max(self.kv_available_bytes, 0))} / {self.kv_bytes_per_token:,}{dcp} = "
-            f"{self.kv_tokens:,} tokens per instance"
+            f"{count} tokens per instance"
         )
         seq = (
             f"one sequence of {self.max_len_flag} {self.max_model_len:,} needs "
             f"{_gib(self.sequence_bytes)} per rank"
+            + (f" (split over DCP {self.dcp})" if self.dcp > 1 else "")
         )
         return f"per {self.device_model}: {avail}; {tokens}; {seq}"
 
@@ -277,8 +286,9 @@ def estimate(
         if avail <= 0:
             problem = Problem(
                 "memory-fit",
-                f"{model_name} does not fit: weights {_gib(w)} per device ({total / 1e9:,.1f} GB / "
-                f"{how} = {shards} shards) leave no memory: {device_gib:.1f} GiB x {flag} {frac:g}"
+                f"{model_name} does not fit: {total / 1e9:,.1f} GB of weights / ({how} = {shards} devices) = "
+                f"{w / 1e9:,.1f} GB per device ({_gib(w)}) leave no memory: {device_gib:.1f} GiB x {frac:g} "
+                f"({flag})"
                 + (f" - headroom {headroom:.1f} GiB" if headroom else ""),
                 found=f"{_gib(w)} of weights per device",
                 expected=f"less than {_gib(dev_bytes * frac - headroom * GIB)}",
@@ -294,6 +304,7 @@ def estimate(
         device_gib=device_gib,
         fraction_flag=flag,
         fraction=frac,
+        total_bytes=total,
         weights_bytes=w,
         weight_shards=shards,
         weight_split=how,
