@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import http.client
 import json
 import os
 import re
@@ -248,6 +249,8 @@ def parse_image(ref: str) -> ImageRef:
         registry, path = first, rest
     else:
         registry, path = "docker.io", name
+    if not re.fullmatch(r"(?:[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?|\[[0-9A-Fa-f:]+\])(?::[0-9]{1,5})?", registry):
+        raise ValueError(f"bad registry host {registry!r} in {ref!r}")
     tag = None
     last = path.rsplit("/", 1)[-1]
     if ":" in last:
@@ -410,7 +413,7 @@ def resolve_image(
     host = parsed.api_host
     try:
         return registry_digest(parsed, auth, insecure, timeout), "registry"
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, http.client.HTTPException) as exc:
         if isinstance(exc, urllib.error.HTTPError):
             why = f"HTTP {exc.code} {exc.reason}"
         elif isinstance(exc, urllib.error.URLError):
