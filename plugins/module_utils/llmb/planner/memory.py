@@ -213,6 +213,8 @@ def kv_per_token(model: dict[str, Any], kv_dtype: Any, pp: int) -> tuple[int, in
         model_bytes = int(kv.get("dtype_bytes", 2))
     except (KeyError, TypeError, ValueError) as exc:
         return f"kv_cache lacks a number: {exc}"
+    if rank < 0 or rope < 0 or rank + rope < 1 or layers < 1 or model_bytes < 1:
+        return "kv_cache numbers must be positive"
     elem = model_bytes
     dtype_text = f"{elem} byte{'s' if elem != 1 else ''}"
     if kv_dtype is not None:

@@ -190,6 +190,22 @@ def test_no_kv_fields_still_checks_the_weights():
     assert problems and "GB of weights" in problems[0].message and "no kv_cache" in notes[0]
 
 
+@pytest.mark.parametrize(
+    "kv",
+    [
+        {"kind": "mla", "kv_lora_rank": 0, "qk_rope_head_dim": 0, "num_hidden_layers": 61},
+        {"kind": "mla", "kv_lora_rank": 512, "qk_rope_head_dim": 64, "num_hidden_layers": -1},
+        {"kind": "mla", "kv_lora_rank": "x", "qk_rope_head_dim": 64, "num_hidden_layers": 61},
+        {"kind": "mha", "kv_lora_rank": 512, "qk_rope_head_dim": 64, "num_hidden_layers": 61},
+        "mla",
+    ],
+)
+def test_bad_kv_fields_fall_back_to_a_weights_only_check(kv):
+    model = dict(_model(), kv_cache=kv)
+    fit, problems, notes = memory.estimate(model=model, engine_args={}, **BASE)
+    assert fit is None and not problems and "only the weights were checked" in notes[0]
+
+
 def test_sglang_and_trtllm_budgets():
     model = _model()
     sg, problems, _ = memory.estimate(
