@@ -6,6 +6,7 @@ import pytest
 from enginesim import flagset
 from enginesim_helpers import REPO  # noqa: I001
 from llmb.planner import plan_inventory
+from llmb.planner.model import PlanError
 
 
 @pytest.fixture(autouse=True)
@@ -73,8 +74,14 @@ def test_vllm_ascend_extends_vllm():
     assert "--tensor-parallel-size" in fs["flags"] and fs["config_checks"]
 
 
+# h100 and h800-dp-ep are refused by the memory fit (docs/launch-plan.md "Memory fit"): strict xfail
+UNFIT = pytest.mark.xfail(strict=True, raises=PlanError, reason="memory-fit refuses the sample inventory")
+
+
 @pytest.mark.parametrize(
-    "name", ["h100", "h200", "h800", "h800-dp-ep", "a3", "mi300x", "h200-sglang", "h200-trtllm", "sim"]
+    "name",
+    [pytest.param("h100", marks=UNFIT), "h200", "h800", pytest.param("h800-dp-ep", marks=UNFIT)]
+    + ["a3", "mi300x", "h200-sglang", "h200-trtllm", "sim"],
 )
 def test_every_planned_argv_parses_in_the_double(name):
     """Planner and double read the same data: whatever the planner emits, the stand-in accepts."""

@@ -10,6 +10,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from . import memory
 from .context import Context
 from .inventory import is_loopback
 from .model import HostPlan, Problem
@@ -28,15 +29,6 @@ ENGINE_INSTALLS = {
     "sglang": ("host", "container"),
     "trtllm": ("container",),
 }
-# engine -> (flag that caps device memory use, default when not given)
-MEMORY_FRACTION = {
-    "vllm": ("--gpu-memory-utilization", 0.9),
-    "vllm-ascend": ("--gpu-memory-utilization", 0.9),
-    "sglang": ("--mem-fraction-static", 0.9),
-    "trtllm": (None, 0.95),
-}
-
-GIB = 1024**3
 
 
 @dataclass
@@ -328,59 +320,15 @@ def check_multinode(ctx: Context) -> list[Problem]:
 
 
 def per_device_weight_bytes(ctx: Context, topo: Topology) -> tuple[float, int, str]:
-    """Weights each device holds: total / devices that hold distinct shards.
-
-    TP and PP split every layer; with vLLM's expert parallelism the MoE experts (98.8% of
-    Kimi-K2's parameters) are also split over the DP ranks. The replicated dense part under EP,
-    the KV cache and activations are left to the memory fraction.
-    """
+    """Weights each device holds (planner/memory.py decides)."""
     total = float(ctx.model.get("total_size_bytes") or 0)
-    shards = topo.tp * topo.pp
-    how = f"TP {topo.tp} x PP {topo.pp}"
-    if ctx.engine in ("vllm", "vllm-ascend") and ctx.v.get("llmb_expert_parallel") and topo.dp > 1:
-        shards *= topo.dp
-        how += f" x DP {topo.dp} (expert parallel)"
-    return total / shards, shards, how
+    ep = bool(ctx.v.get("llmb_expert_parallel"))
+    return memory.weights_per_device(total, ctx.engine, topo.tp, topo.pp, topo.dp, ep)
 
 
 def check_fit(ctx: Context, topo: Topology, engine_args: dict[str, Any]) -> list[Problem]:
-    total = ctx.model.get("total_size_bytes")
-    if not total:
-        ctx.notes.append(
-            f"model {ctx.model_name}: no total_size_bytes in the profile; memory fit not checked"
-        )
-        return []
-    flag, default = MEMORY_FRACTION[ctx.engine]
-    frac = float(engine_args.get(flag, default)) if flag else default
-    per_dev, shards, how = per_device_weight_bytes(ctx, topo)
-    mem = ctx.platform.device_memory_gb * GIB
-    usable = mem * frac
-    if per_dev <= usable:
-        return []
-    need_devices = math.ceil(float(total) / usable)
-    need_nodes = math.ceil(need_devices / topo.devices_per_node)
-    frac_text = f"{flag} {frac}" if flag else f"{frac} headroom"
-    return [
-        Problem(
-            check="memory-fit",
-            message=(
-                f"{ctx.model_name} does not fit: {_gb(total)} of weights / ({how} = {shards} devices) = "
-                f"{_gb(per_dev)} per device, but one {ctx.platform.device_model} offers "
-                f"{ctx.platform.device_memory_gb:.1f} GiB x {frac} ({frac_text}) = {_gb(usable)}"
-            ),
-            found=f"{_gb(per_dev)} per device",
-            expected=f"at most {_gb(usable)} per device",
-            fix=(
-                f"spread the weights over at least {need_devices} devices ({need_nodes} nodes of "
-                f"{topo.devices_per_node}): add nodes and raise llmb_pipeline_parallel or "
-                "llmb_tensor_parallel, or choose a smaller checkpoint (e.g. the INT4 kimi-k2-thinking)"
-            ),
-        )
-    ]
-
-
-def _gb(n: float) -> str:
-    return f"{n / 1e9:,.1f} GB"
+    """Weights, KV cache and headroom against device memory (planner/memory.py)."""
+    return memory.check_fit(ctx, topo, engine_args)
 
 
 def check_model(ctx: Context, engine_args: dict[str, Any]) -> list[Problem]:
