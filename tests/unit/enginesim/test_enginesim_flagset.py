@@ -74,13 +74,11 @@ def test_vllm_ascend_extends_vllm():
     assert "--tensor-parallel-size" in fs["flags"] and fs["config_checks"]
 
 
-# h100 and h800-dp-ep are refused by the memory fit (docs/launch-plan.md "Memory fit"): strict xfail
-UNFIT = pytest.mark.xfail(strict=True, raises=PlanError, reason="memory-fit refuses the sample inventory")
 
 
 @pytest.mark.parametrize(
     "name",
-    [pytest.param("h100", marks=UNFIT), "h200", "h800", pytest.param("h800-dp-ep", marks=UNFIT)]
+    ["h100", "h200", "h800", "h800-dp-ep"]
     + ["a3", "mi300x", "h200-sglang", "h200-trtllm", "sim"],
 )
 def test_every_planned_argv_parses_in_the_double(name):

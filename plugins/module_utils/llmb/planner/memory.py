@@ -17,7 +17,9 @@ TP rank (the latent is not split by TP), so per rank and per token::
 
 Decode context parallel stores each token on one of DCP ranks, so the same memory holds DCP times
 as many tokens (vLLM logs "Multiplying the GPU KV cache size by the dcp_world_size"). The engine
-refuses to start when one sequence of max-model-len does not fit; so does the planner.
+refuses to start when one sequence of max-model-len does not fit; so does the planner when that
+holds without the headroom (weights, budget and KV are exact). When only the calibrated headroom
+tips it over, the planner warns with every term instead (the non-KV peak is an estimate).
 
 Non-KV headroom: NON_KV_HEADROOM_GIB, calibrated on seed 003 (Kimi-K2-Thinking, TP8, one
 8x H200 node, vLLM defaults: gpu-memory-utilization 0.9, max-model-len 262144). The log says
@@ -323,6 +325,23 @@ def estimate(
     )
     if fit.fits:
         return fit, [], [fit.note()]
+    # Without the headroom the terms are the engine's own deterministic arithmetic (budget, weights,
+    # one sequence of KV): failing that, the engine refuses at start for certain. Failing only with
+    # the calibrated headroom is a prediction (the non-KV peak depends on batch limits and release):
+    # said as a warning with every term, not refused.
+    sure = avail + headroom * GIB * (frac if engine == "trtllm" else 1)
+    sure_tokens = math.floor(max(sure, 0) / (bpt * KV_BLOCK_TOKENS)) * KV_BLOCK_TOKENS * dcp_eff
+    if sure > 0 and sure_tokens >= fit.max_model_len:
+        return (
+            fit,
+            [],
+            [
+                f"memory: WARNING {model_name} fits only if the engine's non-KV peak (activations, CUDA "
+                f"graphs) stays under {_gib(sure - fit.sequence_bytes)} per device, below the "
+                f"{headroom:.0f} GiB calibrated on seed 003; the engine may refuse at start: lower "
+                f"{len_flag}, use DCP or an FP8 KV cache, or add devices. {fit.arithmetic()}"
+            ],
+        )
     if avail <= 0:
         what = f"the weights and headroom leave no KV cache ({_gib(avail)})"
     else:

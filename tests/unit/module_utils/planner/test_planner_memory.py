@@ -164,9 +164,9 @@ BASE = {
 
 
 def _model():
-    from llmb.planner.data import DataDir
+    from llmb.catalog import Catalog
 
-    return DataDir(DATA).model("kimi-k2-thinking")
+    return Catalog(DATA).model("kimi-k2-thinking").raw
 
 
 @pytest.mark.parametrize("value", [float("nan"), float("inf"), "abc", 0, -0.5, 1.5, True, None, [0.9]])
@@ -233,3 +233,19 @@ def test_launch_plan_prints_the_predicted_kv_memory_and_tokens():
     assert line, proc.stdout[-2000:]
     assert f"predicted KV cache {fit.kv_available_bytes / GIB:,.2f} GiB per device" in line[0]
     assert f"{fit.kv_tokens:,} tokens per instance" in line[0]
+
+
+def test_seed_000_as_written_is_refused_even_without_the_headroom():
+    # 256k on 8x H100 without DCP: 79.6 x 0.95 - 69.25 GiB of weights = 6.4 GiB < 17.16 GiB a sequence
+    with pytest.raises(PlanError) as err:
+        _plan("h100", llmb_decode_context_parallel=1)
+    (problem,) = [p for p in err.value.problems if p.check == "memory-fit"]
+    assert "--max-model-len 262,144 needs 17.16 GiB" in problem.message
+
+
+def test_fitting_only_without_the_headroom_is_a_warning_with_every_term():
+    # the h100 sample (seed 000 + DCP 8): the exact terms fit, the calibrated headroom does not
+    planned = _plan("h100")
+    (note,) = [n for n in planned.notes if n.startswith("memory:")]
+    assert note.startswith("memory: WARNING kimi-k2-thinking fits only if the engine's non-KV peak")
+    assert "under 4.27 GiB per device" in note and "needs 2.14 GiB per rank (split over DCP 8)" in note
