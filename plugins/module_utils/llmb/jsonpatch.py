@@ -69,8 +69,7 @@ def parse_path(path: str | list | tuple) -> list[str | int]:
     if isinstance(path, (list, tuple)):
         if not path:
             raise JsonPatchError("empty path")
-        return [s if isinstance(s, int) and not isinstance(s, bool)
-                else int(s) if isinstance(s, str) and s.isdigit() else str(s) for s in path]
+        return [s if isinstance(s, int) and not isinstance(s, bool) else _segment(str(s)) for s in path]
     if not isinstance(path, str) or not path.strip():
         raise JsonPatchError(f"path must be a non-empty string, got {path!r}")
     parts = re.split(r"(?<!\\)\.", path)
@@ -79,8 +78,14 @@ def parse_path(path: str | list | tuple) -> list[str | int]:
         seg = raw.replace("\\.", ".")
         if seg == "":
             raise JsonPatchError(f"path {path!r} has an empty segment")
-        out.append(int(seg) if seg.isdigit() else seg)
+        out.append(_segment(seg))
     return out
+
+
+def _segment(seg: str) -> str | int:
+    """A list index for canonical digits ("0", "12"); any other string (also "00" or "²") is a key, so
+    an object key always round-trips through str()."""
+    return int(seg) if len(seg) < 19 and re.fullmatch(r"0|[1-9][0-9]*", seg) else seg
 
 
 def format_path(segments: list[str | int]) -> str:
@@ -123,8 +128,8 @@ class _Scanner:
 
     def error(self, pos: int, msg: str, invalid: bool = True) -> JsonPatchError:
         line, col = line_col(self.text, pos)
-        what = "is not valid JSON at" if invalid else "has a problem at"
-        return JsonPatchError(f"{self.name} {what} line {line} column {col}: {msg}")
+        what = " is not valid JSON" if invalid else ""
+        return JsonPatchError(f"{self.name}{what} at line {line} column {col}: {msg}")
 
     def ws(self, pos: int) -> int:
         text = self.text
@@ -135,21 +140,21 @@ class _Scanner:
     def document(self) -> Node:
         if self.text.startswith("\ufeff"):
             raise self.error(0, "starts with a UTF-8 byte order mark, which JSON does not allow")
-        node = self.value(self.ws(0), 0)
+        node = self.value(self.ws(0), 0, [])
         end = self.ws(node.end)
         if end != len(self.text):
             raise self.error(end, f"extra data after the top-level value: {self.text[end:end + 20]!r}")
         return node
 
-    def value(self, pos: int, depth: int) -> Node:
+    def value(self, pos: int, depth: int, path: list[str | int]) -> Node:
         text = self.text
         if pos >= len(text):
             raise self.error(pos, "expected a value, found the end of the file")
         ch = text[pos]
         if ch == "{":
-            return self.obj(pos, depth + 1)
+            return self.obj(pos, depth + 1, path)
         if ch == "[":
-            return self.arr(pos, depth + 1)
+            return self.arr(pos, depth + 1, path)
         if ch == '"':
             s, end = self.string(pos)
             return Node(pos, end, s)
@@ -171,7 +176,7 @@ class _Scanner:
         except json.JSONDecodeError as exc:
             raise self.error(exc.pos, f"bad string: {exc.msg}") from None
 
-    def obj(self, start: int, depth: int) -> Node:
+    def obj(self, start: int, depth: int, path: list[str | int]) -> Node:
         if depth > MAX_DEPTH:
             raise self.error(start, f"nested deeper than {MAX_DEPTH} levels")
         text = self.text
@@ -188,14 +193,15 @@ class _Scanner:
             key, key_end = self.string(pos)
             if key in seen:
                 fl, fc = line_col(text, seen[key])
-                raise self.error(pos, f"duplicate key {json.dumps(key)} (first at line {fl} column {fc}); "
+                where = f"in {format_path(path)}" if path else "at the top level"
+                raise self.error(pos, f"duplicate key {json.dumps(key)} {where} (first at line {fl} column {fc}); "
                                       "a JSON loader keeps only one of them silently, so which value counts is "
                                       "undefined: remove one and re-run", invalid=False)
             seen[key] = pos
             colon = self.ws(key_end)
             if colon >= len(text) or text[colon] != ":":
                 raise self.error(colon, f"expected ':' after key {json.dumps(key)}")
-            node = self.value(self.ws(colon + 1), depth)
+            node = self.value(self.ws(colon + 1), depth, path + [key])
             members.append(Member(key, pos, key_end, node))
             value[key] = node.value
             pos = self.ws(node.end)
@@ -206,7 +212,7 @@ class _Scanner:
                 return Node(start, pos + 1, value, members=members)
             raise self.error(pos, "expected ',' or '}' after an object member")
 
-    def arr(self, start: int, depth: int) -> Node:
+    def arr(self, start: int, depth: int, path: list[str | int]) -> Node:
         if depth > MAX_DEPTH:
             raise self.error(start, f"nested deeper than {MAX_DEPTH} levels")
         text = self.text
@@ -215,7 +221,7 @@ class _Scanner:
         if pos < len(text) and text[pos] == "]":
             return Node(start, pos + 1, [], items=items)
         while True:
-            node = self.value(pos, depth)
+            node = self.value(pos, depth, path + [len(items)])
             items.append(node)
             pos = self.ws(node.end)
             if pos < len(text) and text[pos] == ",":
@@ -332,7 +338,7 @@ def validate_patches(patches: Any) -> list[dict]:
 class Style:
     indent: str | None  # one level of indentation, None for a one-line document
     key_sep: str  # between a key and its value, e.g. ": "
-    item_sep: str  # between members on one line, e.g. ", " (just "," when indented)
+    item_sep: str  # between members on one line, e.g. ", "
     ensure_ascii: bool  # an all-ASCII file stays all-ASCII (\\u escapes)
 
 
@@ -370,26 +376,37 @@ def detect_style(text: str, root: Node) -> Style:
             if item_sep is None and len(kids) > 1:
                 between = text[kids[0][1].end:kids[1][0]]
                 if "\n" not in between:
-                    item_sep = between.strip(_WS) + between.split(",", 1)[-1]
+                    item_sep = "," + between.split(",", 1)[1]
         if key_sep is None and node.members:
             m = node.members[0]
             between = text[m.key_end:m.node.start]
             if "\n" not in between:
                 key_sep = between
         stack.extend(reversed([n for _, n in kids]))
-    if indent is not None:
-        item_sep = ","
-    return Style(indent, key_sep if key_sep is not None else ": ", item_sep or ", ", text.isascii())
+    if key_sep is None:
+        key_sep = ": "
+    if item_sep is None:
+        item_sep = ", " if key_sep.endswith(" ") else ","
+    return Style(indent, key_sep, item_sep, text.isascii())
 
 
-def render(value: Any, style: Style, prefix: str) -> str:
-    """``value`` as JSON text for a position on a line that starts with ``prefix``."""
-    out = json.dumps(value, indent=style.indent, separators=(style.item_sep, style.key_sep),
-                     ensure_ascii=style.ensure_ascii)
-    return out.replace("\n", "\n" + prefix) if style.indent is not None else out
+def render(value: Any, style: Style, prefix: str, multiline: bool) -> str:
+    """``value`` as JSON text for a place on a line that starts with ``prefix``: indented over several
+    lines where its surroundings are (``multiline`` and the file is indented), else on one line."""
+    if multiline and style.indent is not None:
+        out = json.dumps(value, indent=style.indent, separators=(",", style.key_sep),
+                         ensure_ascii=style.ensure_ascii)
+        return out.replace("\n", "\n" + prefix)
+    return json.dumps(value, separators=(style.item_sep, style.key_sep), ensure_ascii=style.ensure_ascii)
 
 
-def _insert_member(text: str, obj: Node, key: str, value: Any, style: Style) -> str:
+def _spans_lines(text: str, node: Node | None) -> bool:
+    return node is not None and "\n" in text[node.start:node.end]
+
+
+def _insert_member(text: str, obj: Node, outer: Node | None, key: str, value: Any, style: Style) -> str:
+    """``text`` with ``"key": value`` appended to the object ``obj`` (``outer``: the value holding
+    ``obj``, None at the top), laid out like the members before it."""
     key_text = json.dumps(key, ensure_ascii=style.ensure_ascii)
     if obj.members:
         last = obj.members[-1]
@@ -402,14 +419,15 @@ def _insert_member(text: str, obj: Node, key: str, value: Any, style: Style) -> 
         between = text[last.key_end:last.node.start]
         sep = between if "\n" not in between else style.key_sep
         prefix = lead.rsplit("\n", 1)[1] if "\n" in lead else _line_prefix(text, last.key_start)
-        piece = "," + lead + key_text + sep + render(value, style, prefix)
+        piece = "," + lead + key_text + sep + render(value, style, prefix, _spans_lines(text, obj))
         return text[:last.node.end] + piece + text[last.node.end:]
-    if style.indent is not None:
-        outer = _line_prefix(text, obj.start)
-        inner = outer + style.indent
-        body = "{\n" + inner + key_text + style.key_sep + render(value, style, inner) + "\n" + outer + "}"
+    if style.indent is not None and (_spans_lines(text, outer) or _spans_lines(text, obj)):
+        outer_prefix = _line_prefix(text, obj.start)
+        inner = outer_prefix + style.indent
+        body = ("{\n" + inner + key_text + style.key_sep + render(value, style, inner, True) + "\n"
+                + outer_prefix + "}")
     else:
-        body = "{" + key_text + style.key_sep + render(value, style, "") + "}"
+        body = "{" + key_text + style.key_sep + render(value, style, "", False) + "}"
     return text[:obj.start] + body + text[obj.end:]
 
 
@@ -446,7 +464,9 @@ def plan_text(text: str, patches: list[dict], name: str = "document") -> tuple[s
                 f"found {found}"
             )
         if node is not None:
-            text = text[:node.start] + render(p["value"], style, _line_prefix(text, node.start)) + text[node.end:]
+            multiline = _spans_lines(text, _resolve(root, segs[:-1]))
+            piece = render(p["value"], style, _line_prefix(text, node.start), multiline)
+            text = text[:node.start] + piece + text[node.end:]
         else:
             try:
                 parent = _resolve(root, segs[:-1])
@@ -455,7 +475,8 @@ def plan_text(text: str, patches: list[dict], name: str = "document") -> tuple[s
                     raise JsonPatchError(f"{format_path(segs[:-1])} is a list; only object keys can be created")
             except JsonPatchError as exc:
                 raise JsonPatchError(f"path {pname}: {exc}") from None
-            text = _insert_member(text, parent, str(segs[-1]), p["value"], style)
+            outer = _resolve(root, segs[:-2]) if len(segs) > 1 else None
+            text = _insert_member(text, parent, outer, str(segs[-1]), p["value"], style)
         changes.append(
             {"path": pname, "before": None if current is _MISSING else current, "after": p["value"], "changed": True}
         )
@@ -502,15 +523,15 @@ def _link_target(path: str) -> str:
     return target + ("" if os.path.exists(full) else ", which does not exist")
 
 
-def read_regular(path: str, what: str, fix: str) -> tuple[bytes, os.stat_result]:
+def read_regular(path: str, what: str, fix: str, link_fix: str = "") -> tuple[bytes, os.stat_result]:
     """The bytes of ``path`` if it is a regular file (checked with lstat before any open, so a FIFO
-    never blocks); JsonPatchError naming ``what`` and ``fix`` otherwise."""
+    never blocks); JsonPatchError naming ``what`` and ``fix`` (``link_fix`` for a link) otherwise."""
     st = _lstat(path)
     if st is None:
         raise JsonPatchError(f"{path} does not exist")
     if stat.S_ISLNK(st.st_mode):
         raise JsonPatchError(f"{path} ({what}) is a symbolic link to {_link_target(path)}; json_patch does not "
-                             f"follow links (it would change a file other paths share). {fix}")
+                             f"follow links. {link_fix or fix}")
     if not stat.S_ISREG(st.st_mode):
         raise JsonPatchError(f"{path} ({what}) is {_kind_of(st.st_mode)}, not a regular file. {fix}")
     if st.st_size > MAX_BYTES:
@@ -581,7 +602,8 @@ def check_backup(orig: str, path: str, current: Any) -> bool:
         return False
     fix = (f"Move it away if {path} is still the pristine file (or restore {path} from the hub), then re-run; "
            f"json_patch saves the original there before its first change")
-    raw, _ = read_regular(orig, f"the saved original of {path}", fix)
+    raw, _ = read_regular(orig, f"the saved original of {path}", fix,
+                          f"A backup must be a regular file that json_patch wrote. {fix}")
     try:
         _, node = _decode(raw, orig)
     except JsonPatchError as exc:
@@ -644,8 +666,11 @@ def patch_file(path: str, patches: list[dict], *, check: bool = False, keep_orig
     """Patch the JSON file at ``path``. Returns changed, changes, before/after texts, orig path and
     whether the original was (or in check mode would be) saved by this call. The file is never
     touched when this raises; check mode runs every check a real run does."""
-    fix = f"json_patch edits a regular file in place; put the real config file at {path} and re-run"
-    raw, st = read_regular(path, "the file to patch", fix)
+    fix = f"json_patch edits a regular file in place; put the real file at {path} and re-run"
+    link_fix = (f"Writing through the link would change a file other paths may share, replacing it would "
+                f"detach it silently: replace the link by a copy of its target (cp --remove-destination "
+                f"\"$(readlink -f {path})\" {path}) and re-run")
+    raw, st = read_regular(path, "the file to patch", fix, link_fix)
     text, root = _decode(raw, path)
     after, changes = plan_text(text, patches, path)
     changed = any(c["changed"] for c in changes)

@@ -206,9 +206,9 @@ def test_crash_during_write_leaves_old_file(tmp_path, monkeypatch):
 @pytest.mark.parametrize(
     ("text", "style"),
     [
-        ('{\n  "a": 1\n}\n', jsonpatch.Style("  ", ": ", ",", True)),
-        ('{\n    "a": 1\n}', jsonpatch.Style("    ", ": ", ",", True)),
-        ('{\n\t"a": [\n\t\t1\n\t]\n}', jsonpatch.Style("\t", ": ", ",", True)),
+        ('{\n  "a": 1\n}\n', jsonpatch.Style("  ", ": ", ", ", True)),
+        ('{\n    "a": 1\n}', jsonpatch.Style("    ", ": ", ", ", True)),
+        ('{\n\t"a": [\n\t\t1\n\t]\n}', jsonpatch.Style("\t", ": ", ", ", True)),
         ('{"a": 1, "b": 2}', jsonpatch.Style(None, ": ", ", ", True)),
         ('{"a":1,"b":2}\n', jsonpatch.Style(None, ":", ",", True)),
         ('{"a" : [1 , 2], "é": 1}', jsonpatch.Style(None, " : ", ", ", False)),
