@@ -666,6 +666,10 @@ def patch_file(path: str, patches: list[dict], *, check: bool = False, keep_orig
     """Patch the JSON file at ``path``. Returns changed, changes, before/after texts, orig path and
     whether the original was (or in check mode would be) saved by this call. The file is never
     touched when this raises; check mode runs every check a real run does."""
+    if keep_orig and (not isinstance(orig_suffix, str) or not orig_suffix or "/" in orig_suffix
+                      or "\0" in orig_suffix or orig_suffix in (".", "..")):
+        raise JsonPatchError(f"orig_suffix must be a non-empty file name suffix without '/' (like '.orig'), "
+                             f"got {orig_suffix!r}")
     fix = f"json_patch edits a regular file in place; put the real file at {path} and re-run"
     link_fix = (f"Writing through the link would change a file other paths may share, replacing it would "
                 f"detach it silently: replace the link by a copy of its target (cp --remove-destination "

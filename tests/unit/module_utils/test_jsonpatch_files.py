@@ -392,3 +392,11 @@ def test_keys_that_look_like_numbers_are_found():
     new, _ = plan_text(text, [{"path": ["00"], "value": 9}, {"path": "\u00b2", "value": 8},
                               {"path": "7", "value": 7}])
     assert new == '{"00": 9, "\u00b2": 8, "7": 7}'
+
+
+@pytest.mark.parametrize("suffix", ["", "/x", "\0", ".."])
+def test_unusable_orig_suffix_is_refused(tmp_path, suffix):
+    p = config(tmp_path)
+    with pytest.raises(JsonPatchError, match="orig_suffix must be a non-empty file name suffix"):
+        patch_file(str(p), [TRTLLM], orig_suffix=suffix)
+    assert p.read_text() == HAND and listing(tmp_path) == ["config.json"]
