@@ -283,19 +283,7 @@ def _resolve(root: Node, segs: list[str | int]) -> Node:
 
 def get_at(doc: Any, path: str | list) -> Any:
     """The value at ``path`` of a decoded document; JsonPatchError naming the first missing segment."""
-    segs = parse_path(path)
-    node = doc
-    for i, seg in enumerate(segs):
-        where = format_path(segs[:i]) or "(top level)"
-        if isinstance(node, dict):
-            if str(seg) not in node:
-                raise JsonPatchError(f"key {str(seg)!r} not found under {where}")
-            node = node[str(seg)]
-        elif isinstance(node, list) and isinstance(seg, int) and -len(node) <= seg < len(node):
-            node = node[seg]
-        else:
-            raise JsonPatchError(f"no {seg!r} under {where} ({_kind(node)})")
-    return node
+    return _resolve(scan(json.dumps(doc)), parse_path(path)).value
 
 
 def _same(a: Any, b: Any) -> bool:
