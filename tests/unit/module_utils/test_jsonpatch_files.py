@@ -400,3 +400,29 @@ def test_unusable_orig_suffix_is_refused(tmp_path, suffix):
     with pytest.raises(JsonPatchError, match="orig_suffix must be a non-empty file name suffix"):
         patch_file(str(p), [TRTLLM], orig_suffix=suffix)
     assert p.read_text() == HAND and listing(tmp_path) == ["config.json"]
+
+
+@pytest.mark.parametrize("engine", ["vllm-ascend", "trtllm"])
+def test_profile_patches_on_the_sim_models_config_change_only_their_lines(tmp_path, engine):
+    """The model profile's own config_patches on the config.json the test hub serves (genmodel)."""
+    from pathlib import Path
+
+    import yaml
+    from hfserver import genmodel
+
+    root = Path(__file__).resolve().parents[3]
+    patches = yaml.safe_load((root / "data/models/kimi-k2-thinking.yml").read_text())["config_patches"][engine]
+    text = json.dumps(genmodel.config(4, 8), indent=2, sort_keys=False) + "\n"
+    p = config(tmp_path, text)
+    r = patch_file(str(p), patches)
+    assert r["changed"] and [c["path"] for c in r["changes"]] == [q["path"] for q in patches]
+    before, after = text.splitlines(), p.read_text().splitlines()
+    changed = [(b, a) for b, a in zip(before, after, strict=True) if b != a]
+    if engine == "trtllm":
+        assert len(before) == len(after)
+        assert changed == [('  "model_type": "kimi_k2",', '  "model_type": "deepseek_v3",')]
+    else:
+        assert len(before) == len(after)
+        assert [a for _, a in changed] == ['          "MoE"']
+    assert (tmp_path / "config.json.orig").read_text() == text
+    assert not patch_file(str(p), patches)["changed"]
