@@ -309,7 +309,10 @@ def validate_patches(patches: Any) -> list[dict]:
         unknown = set(p) - {"path", "value", "expect", "create", "key"}
         if unknown:
             raise JsonPatchError(f"patch #{i + 1} ({p.get('path')}): unknown keys {sorted(unknown)}")
-        parse_path(p["path"])
+        try:
+            parse_path(p["path"])
+        except JsonPatchError as exc:
+            raise JsonPatchError(f"patch #{i + 1}: {exc}") from None
         try:
             json.dumps(p["value"], allow_nan=True)
         except (TypeError, ValueError) as exc:

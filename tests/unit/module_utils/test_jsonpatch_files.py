@@ -426,3 +426,20 @@ def test_profile_patches_on_the_sim_models_config_change_only_their_lines(tmp_pa
         assert [a for _, a in changed] == ['          "MoE"']
     assert (tmp_path / "config.json.orig").read_text() == text
     assert not patch_file(str(p), patches)["changed"]
+
+
+@pytest.mark.parametrize(
+    ("patch", "message"),
+    [
+        ({"path": 3, "value": 1}, "patch #2: path must be a non-empty string, got 3"),
+        ({"path": "a..b", "value": 1}, "patch #2: path 'a..b' has an empty segment"),
+        ({"path": "a", "value": {1, 2}}, "patch #2 (a): value is not JSON"),
+        ({"path": "a", "value": object()}, "patch #2 (a): value is not JSON"),
+    ],
+)
+def test_bad_patch_names_its_number_and_writes_nothing(tmp_path, patch, message):
+    p = config(tmp_path)
+    with pytest.raises(JsonPatchError) as err:
+        patch_file(str(p), [TRTLLM, patch])
+    assert message in str(err.value)
+    assert p.read_text() == HAND and listing(tmp_path) == ["config.json"]
