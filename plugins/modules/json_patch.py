@@ -12,14 +12,24 @@ module: json_patch
 short_description: Set values at dotted paths of a JSON file (config.json), keeping the original once
 description:
   - Applies a list of patches to a JSON file. Each patch sets O(patches[].value) at
-    O(patches[].path) (keys separated by dots, digits index lists), optionally only when the path
-    holds O(patches[].expect) first. A path that already holds the value is left alone, so a
-    second run changes nothing.
+    O(patches[].path) (keys separated by dots, canonical digits index lists), optionally only when
+    the path holds O(patches[].expect) first. A path that already holds the value is left alone, so
+    a second run changes nothing.
+  - Only the patched values' text changes; every other byte of the file stays as it was
+    (whitespace, key order, number spellings such as C(1.0e-6), escapes such as C(\u00e9), a final
+    newline or its absence). A created key is appended to its object with its siblings' indentation.
+  - Refused with the file, the key and the line and column, nothing written, also in check mode -
+    invalid JSON; a duplicate key anywhere in the document; a file that is not a regular file (a
+    FIFO, directory or device is detected with lstat before any open, so nothing blocks); a
+    symbolic link (not followed on purpose - replace it by a copy of its target).
   - Before the first change the file's content is saved once as C(<path>.orig) (never overwritten
-    by later runs), with the original's mode and mtime.
-  - The file is written through a temporary file in the same directory and renamed over the old
-    one, so a crash never leaves half a file. An unparsable file, a path that does not exist or an
-    unexpected old value fail the task and leave the file untouched.
+    by later runs), with the original's mode, owner and mtime. An existing C(.orig) must be a
+    regular file holding valid JSON that can be an earlier copy of the file (same top-level keys in
+    the same order, keys added later only at the end); a link (dangling or not), a directory or
+    another document fails the task instead of patching without a backup.
+  - The file is written through a temporary file in the same directory (fsync) and renamed over
+    the old one, keeping mode and owner, so a crash never leaves half a file. A path that does not
+    exist or an unexpected old value fail the task and leave the file untouched.
   - Logic in C(module_utils/llmb/jsonpatch.py); this module only validates arguments and reports.
 version_added: "0.1.0"
 author: llm-bringup
@@ -35,7 +45,9 @@ options:
     required: true
     suboptions:
       path:
-        description: Dotted path (V(quantization_config.config_groups.group_0.targets)), or a list of keys.
+        description:
+          - Dotted path (V(quantization_config.config_groups.group_0.targets), V(quantization_config.ignore.0)),
+            C(\.) for a dot inside a key; or a list of keys and list indexes.
         type: raw
         required: true
       value:
