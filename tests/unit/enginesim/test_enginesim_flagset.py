@@ -6,7 +6,6 @@ import pytest
 from enginesim import flagset
 from enginesim_helpers import REPO  # noqa: I001
 from llmb.planner import plan_inventory
-from llmb.planner.model import PlanError
 
 
 @pytest.fixture(autouse=True)

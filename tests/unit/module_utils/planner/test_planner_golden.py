@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import pytest
 import yaml
-from llmb.planner.model import PlanError
 from planner_helpers import (
     assert_container_matches,
     canonical_pairs,
