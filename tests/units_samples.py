@@ -22,6 +22,61 @@ TEMPLATES = REPO / "roles" / "serve" / "templates"
 ANSIBLE_MANAGED = "Ansible managed"
 UNIT_KINDS = ("systemd", "mpirun")
 
+# Values a unit or environment file must carry through unchanged (quoting, specifiers, variables,
+# separators, comment and continuation characters, unicode).
+HOSTILE_ARGS = [
+    "$HOME",
+    "${HOME}",
+    "$$",
+    "a$",
+    "%n",
+    "%%",
+    "100%",
+    "%",
+    '"quoted"',
+    "it's",
+    "'",
+    "back\\slash",
+    "trailing\\",
+    "\\",
+    "\\n",
+    "\\x41",
+    "\\;",
+    "two words",
+    " lead and trail ",
+    ";",
+    "a;b",
+    "#not-a-comment",
+    "",
+    "Kimi-K2-思考-ü",
+    "emoji-\U0001f680",
+    '--hf-overrides={"rope": {"factor": 2.0}, "x": "a b"}',
+    "`id`",
+    "ExecStartPre=/bin/touch /tmp/pwned",
+]
+
+
+def hostile_services() -> list[dict]:
+    """Plan-shaped services whose every argument and environment value is one of HOSTILE_ARGS."""
+    out = []
+    for i, arg in enumerate(HOSTILE_ARGS):
+        out.append({
+            "name": f"llmb-hostile-{i}",
+            "kind": "mpirun",
+            "role": "api",
+            "argv": ["/opt/llmb/venvs/vllm-0.19.1/bin/vllm", "serve", arg, "--served-model-name", arg],
+            "stop_argv": ["/usr/bin/docker", "exec", "llmb-x", arg],
+            "env": {"LLMB_HOSTILE": arg, "HF_HOME": "/srv/hf"},
+        })
+    out.append({
+        "name": "llmb-hostile-path",
+        "kind": "systemd",
+        "role": "api",
+        "argv": ["/opt/my venv/100%/bin/vllm", *HOSTILE_ARGS],
+        "env": {f"V{i}": a for i, a in enumerate(HOSTILE_ARGS)},
+    })
+    return out
+
 
 def _load(name: str, path: Path):
     loader = importlib.machinery.SourceFileLoader(name, str(path))

@@ -18,6 +18,7 @@ from llmb.quoting import SAFE_BARE, QuotingError, bad_char, env_assignment, syst
 from llmb.serve import environment_file, systemd_unit
 from units_samples import (
     ANSIBLE_MANAGED,
+    HOSTILE_ARGS,
     SyntaxProblem,
     exec_argv,
     read_env_file,
@@ -26,36 +27,6 @@ from units_samples import (
     sample_services,
 )
 
-HOSTILE_ARGS = [
-    "$HOME",
-    "${HOME}",
-    "$$",
-    "a$",
-    "%n",
-    "%%",
-    "100%",
-    "%",
-    '"quoted"',
-    "it's",
-    "'",
-    "back\\slash",
-    "trailing\\",
-    "\\",
-    "\\n",
-    "\\x41",
-    "\\;",
-    "two words",
-    " lead and trail ",
-    ";",
-    "a;b",
-    "#not-a-comment",
-    "",
-    "Kimi-K2-思考-ü",
-    "emoji-\U0001f680",
-    '--hf-overrides={"rope": {"factor": 2.0}, "x": "a b"}',
-    "`id`",
-    "ExecStartPre=/bin/touch /tmp/pwned",
-]
 CONTROL = ["\n", "\r", "\0", "\t", "\x1b", "\x7f", "\x85", "\u2028", "\u2029", "\ufeff"]
 
 
