@@ -237,3 +237,41 @@ def test_trtllm_sshd_script_is_constant_and_the_directory_a_parameter(mesh):
     argv = trtllm.sshd_argv(mesh)
     assert argv == ["/bin/sh", "-c", trtllm.SSHD_SCRIPT, "sh", mesh]
     assert trtllm.SSHD_SCRIPT == 'mkdir -p /run/sshd && exec /usr/sbin/sshd -D -e -f "$1/sshd_config"'
+
+
+# ------------------------------------------------------------ ssh_mesh's stand-in sshd unit
+
+
+def _ssh_mesh_unit(config: str) -> str:
+    import jinja2
+    from units_samples import REPO, _jinja
+
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(REPO / "roles" / "ssh_mesh" / "templates")),
+        trim_blocks=True,
+        undefined=jinja2.StrictUndefined,
+    )
+    env.filters.update(_jinja().filters)
+    return env.get_template("llmb-ssh-mesh-sshd.service.j2").render(
+        ansible_managed=ANSIBLE_MANAGED, ssh_mesh_container_port=2233, _ssh_mesh_sshd_config=config
+    )
+
+
+@pytest.mark.parametrize("mesh", ["/etc/llmb/ssh-mesh", "/srv/my mesh", "/srv/x; touch /tmp/x; #", "/srv/$HOME/%n"])
+def test_ssh_mesh_sshd_unit_passes_the_config_path_as_one_argument(mesh):
+    config = f"{mesh}/sshd_config"
+    settings_ = unit_settings(_ssh_mesh_unit(config))
+    assert [exec_argv(v) for v in settings_["ExecStartPre"]] == [
+        ["/bin/mkdir", "-p", "/run/sshd"],
+        ["/usr/sbin/sshd", "-t", "-f", config],
+    ]
+    assert [exec_argv(v) for v in settings_["ExecStart"]] == [["/usr/sbin/sshd", "-D", "-e", "-f", config]]
+    if mesh == "/etc/llmb/ssh-mesh":  # unchanged where nothing needs quoting
+        assert settings_["ExecStart"] == ["/usr/sbin/sshd -D -e -f /etc/llmb/ssh-mesh/sshd_config"]
+
+
+def test_ssh_mesh_sshd_unit_refuses_a_newline_in_the_path():
+    from ansible.errors import AnsibleFilterError
+
+    with pytest.raises(AnsibleFilterError, match="service llmb-ssh-mesh-sshd: ExecStartPre argument 3: newline"):
+        _ssh_mesh_unit("/srv/x\nExecStartPre=/bin/touch /tmp/pwned/sshd_config")
