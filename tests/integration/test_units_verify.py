@@ -179,3 +179,18 @@ def test_units_load_verify_and_run_with_the_plan_argv_and_environment(node):
             if wrong:
                 problems.append(f"{label} ({unit}): environment differs from the plan: {wrong}")
     assert not problems, "\n".join(problems)
+
+
+def test_trtllm_container_sshd_command_takes_the_mesh_directory_verbatim(node):
+    """The TensorRT-LLM container's sshd command (planner argv, constant script, directory as $1)
+    run by the node's /bin/sh and sshd: a hostile directory is one path, nothing of it runs."""
+    from llmb.planner.engines.trtllm import sshd_argv
+
+    mesh = "/srv/my mesh; touch /tmp/pwned; #$(touch /tmp/pwned2)"
+    _run("docker", "exec", node, "mkdir", "-p", mesh)
+    _run("docker", "exec", "-i", node, "tee", f"{mesh}/sshd_config", stdin=b"NotAnOption yes\n")
+    p = _run("docker", "exec", node, *sshd_argv(mesh), check=False, timeout=30)
+    err = p.stderr.decode(errors="replace")
+    assert p.returncode != 0 and f"{mesh}/sshd_config: line 1: Bad configuration option: NotAnOption" in err, err
+    left = _run("docker", "exec", node, "sh", "-c", "ls /tmp/pwned* 2>/dev/null; true").stdout.decode()
+    assert left == "", f"the shell ran part of the directory name: {left}"
