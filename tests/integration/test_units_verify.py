@@ -56,15 +56,15 @@ def node():
     image = _run(str(REPO / "scripts" / "build-node-image"), timeout=600).stdout.decode().split()[-1]
     name = f"llmb-units-verify-{os.getpid()}"
     _run("docker", "rm", "-f", name, check=False)
-    _run(
-        "docker", "run", "-d", "--name", name, "--hostname", "units-verify", "--network", "none",
-        "--label", "io.llm-bringup.test=units-verify",
-        "--cgroupns", "host", "-v", "/sys/fs/cgroup:/sys/fs/cgroup:ro",
-        "--cap-add", "SYS_ADMIN",
-        "--tmpfs", "/run", "--tmpfs", "/run/lock", "--tmpfs", "/tmp:exec",
-        "--stop-signal", "SIGRTMIN+3", image, "/lib/systemd/systemd",
-    )
     try:
+        _run(
+            "docker", "run", "-d", "--name", name, "--hostname", "units-verify", "--network", "none",
+            "--label", "io.llm-bringup.test=units-verify",
+            "--cgroupns", "host", "-v", "/sys/fs/cgroup:/sys/fs/cgroup:ro",
+            "--cap-add", "SYS_ADMIN",
+            "--tmpfs", "/run", "--tmpfs", "/run/lock", "--tmpfs", "/tmp:exec",
+            "--stop-signal", "SIGRTMIN+3", image, "/lib/systemd/systemd",
+        )
         deadline = time.monotonic() + BOOT_TIMEOUT_S
         state = ""
         while time.monotonic() < deadline:
