@@ -34,8 +34,12 @@ def sshd_argv(mesh: str) -> list[str]:
 
     /run/sshd (privilege separation) does not exist in a fresh container; exec keeps sshd the
     container's main process, its command line naming the config (how ssh_mesh tells it apart
-    from a squatter on the port)."""
-    return ["/bin/sh", "-c", f"mkdir -p /run/sshd && exec /usr/sbin/sshd -D -e -f {mesh}/sshd_config"]
+    from a squatter on the port). The script is constant: the mesh directory is its positional
+    parameter $1 (after $0 = "sh"), so no value is ever parsed by the shell."""
+    return ["/bin/sh", "-c", SSHD_SCRIPT, "sh", mesh]
+
+
+SSHD_SCRIPT = 'mkdir -p /run/sshd && exec /usr/sbin/sshd -D -e -f "$1/sshd_config"'
 
 
 def engine_args(ctx: Context, topo: Topology) -> tuple[EngineArgs, list[Problem]]:
