@@ -189,15 +189,16 @@ def _csv_key(header: str) -> tuple[str, str | None]:
 def parse_query(text: str) -> dict:
     """`nvidia-smi --query-gpu=... --format=csv` (with header; units are stripped into keys)."""
     kind = "nvidia-smi-query"
-    lines = [ln for ln in clean_lines(text) if ln.strip()]
-    if not lines:
+    numbered = [(n, ln) for n, ln in enumerate(clean_lines(text), 1) if ln.strip()]
+    if not numbered:
         raise ParseError(kind, "empty output (expected a CSV header line)")
-    headers = [h.strip() for h in lines[0].split(",")]
+    head_n, head = numbered[0]
+    headers = [h.strip() for h in head.split(",")]
     if not all(re.match(r"^[a-z_][a-z0-9_.]*(\s*\[.+\])?$", h) for h in headers):
-        raise ParseError(kind, f"first line is not a --query-gpu CSV header: {lines[0]!r}", 1)
+        raise ParseError(kind, f"first line is not a --query-gpu CSV header: {head!r}", head_n)
     keys = [_csv_key(h) for h in headers]
     gpus = []
-    for n, line in enumerate(lines[1:], 2):
+    for n, line in numbered[1:]:
         values = [v.strip() for v in line.split(", ")]
         if len(values) != len(keys):
             values = [v.strip() for v in line.split(",")]
