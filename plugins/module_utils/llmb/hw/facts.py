@@ -11,7 +11,8 @@ import os
 import re
 
 from ._text import ParseError, split_capture
-from .kinds import KINDS, detect_kind
+from .check import parse_checked
+from .kinds import detect_kind
 
 _HCCN_CMD = re.compile(r"hccn_tool\s+-i\s+(\d+)\s+-(\w+)")
 
@@ -47,12 +48,17 @@ def _parse_all(probes: list[dict]):
             m = _HCCN_CMD.search(pr.get("cmd") or "")
             if m:
                 kwargs["device"] = int(m.group(1))
-        try:
-            result = KINDS[kind][0](pr.get("stdout") or "", **kwargs)
-        except ParseError as exc:
-            errors.append({"probe": pr["name"], "kind": kind, "cmd": pr.get("cmd"), "error": str(exc),
-                           "rc": pr.get("rc")})
+        res = parse_checked(pr.get("stdout") or "", kind, command=pr.get("cmd") or "", **kwargs)
+        # "capture": the output was read and found damaged; "line" is a line of the probe's output.
+        if res.facts is None:
+            errors.append({"probe": pr["name"], "kind": kind, "cmd": pr.get("cmd"), "rc": pr.get("rc"),
+                           "error": f"{kind}: " + "; ".join(str(f) for f in res.errors),
+                           "line": res.errors[0].line, "capture": True})
             continue
+        result = res.facts
+        for f in res.errors:
+            errors.append({"probe": pr["name"], "kind": kind, "cmd": pr.get("cmd"), "parsed": True,
+                           "error": f"{kind}: {f}", "line": f.line, "capture": True})
         if pr.get("rc") not in ok_rcs:
             errors.append({"probe": pr["name"], "kind": kind, "cmd": pr.get("cmd"), "parsed": True,
                            "error": f"exit status {pr.get('rc')} (output parsed): {(pr.get('stderr') or '').strip()[:200]}"})
