@@ -254,6 +254,15 @@ def _check_matrix(cap: _Capture, facts: dict, label_ok) -> None:
         return
     names = [r[0] for r in rows]
     last = rows[-1][3] if rows else None
+    # Device rows carry the same number of values after the matrix; fewer in one row means two of its
+    # cells were fused by a lost tab (a clipped terminal copy clips every row alike).
+    dev_rows = [r for r in rows if re.match(r"^(GPU|NPU|Phy-ID)\d+$", r[0])]
+    most = max((len(r[2]) for r in dev_rows), default=0)
+    for name, _cells, extras, ln in dev_rows:
+        if len(extras) < most:
+            cap.add(ERROR, ln, f"row {name} has {len(extras)} values after the matrix, other rows {most}"
+                               " (cells fused by a lost tab?)")
+            break
     for col in columns:
         if col not in names and DEVICE_RE.match(col):
             cap.cut(last, f"matrix column {col} has no row (header names {len(columns)} columns, {len(rows)} rows follow)")

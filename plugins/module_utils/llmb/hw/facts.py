@@ -343,7 +343,7 @@ def read_bundle(directory: str) -> list[dict]:
             continue
         path = os.path.join(directory, fname)
         with open(path, encoding="utf-8", errors="replace") as fh:
-            text = fh.read()
+            text = fh.read().removeprefix("\ufeff")  # a byte order mark would hide the capture header
         meta, body = split_capture(text)
         try:
             kind = detect_kind(text)

@@ -41,25 +41,13 @@ def parse_topo(text: str) -> dict:
 
     gpus = []
     raw_cpu: dict[str, str] = {}
-    for name, _cells, extras, _ln in rows:
+    for name, _cells, extras, ln in rows:
         if not name.startswith("GPU"):
             continue
-        values = dict(zip(affinity, extras, strict=False))
-        cpu_raw = values.get("CPU Affinity")
-        numa_raw = values.get("NUMA Affinity")
-        entry = {"index": int(name[3:]), "cpu_affinity": None, "numa_affinity": None, "gpu_numa_id": None}
-        if cpu_raw is not None and na(cpu_raw) is not None:
-            if cpu_raw[0] in "-,":
-                warnings.append(f"{name}: CPU Affinity {cpu_raw!r} is clipped at the left (narrow-terminal copy)")
-            else:
-                entry["cpu_affinity"] = parse_cpulist(cpu_raw, kind)
-                raw_cpu[name] = cpu_raw
-        if numa_raw is not None and na(numa_raw) is not None:
-            entry["numa_affinity"] = parse_cpulist(numa_raw, kind)
-        if values.get("GPU NUMA ID") is not None:
-            entry["gpu_numa_id"] = to_int(values["GPU NUMA ID"], kind)
-        entry["_numa_raw"] = numa_raw
-        gpus.append(entry)
+        try:
+            gpus.append(_topo_gpu(kind, name, dict(zip(affinity, extras, strict=False)), warnings, raw_cpu))
+        except ParseError as exc:
+            raise ParseError(kind, f"row {name}: {exc.reason}", ln) from None
 
     # A value clipped exactly at a digit boundary still parses ('2-63,96-127' for '32-63,96-127'):
     # it shows as a proper suffix of another GPU's value on the same NUMA node.
@@ -100,6 +88,24 @@ def parse_topo(text: str) -> dict:
     if filled:
         warnings.append(f"{filled} matrix cells missing from rows (clipped columns) were filled from the reverse direction")
     return {"kind": kind, "gpus": gpus, "nics": nics, "links": links, "warnings": warnings}
+
+
+def _topo_gpu(kind: str, name: str, values: dict, warnings: list, raw_cpu: dict) -> dict:
+    cpu_raw = values.get("CPU Affinity")
+    numa_raw = values.get("NUMA Affinity")
+    entry = {"index": int(name[3:]), "cpu_affinity": None, "numa_affinity": None, "gpu_numa_id": None}
+    if cpu_raw is not None and na(cpu_raw) is not None:
+        if cpu_raw[0] in "-,":
+            warnings.append(f"{name}: CPU Affinity {cpu_raw!r} is clipped at the left (narrow-terminal copy)")
+        else:
+            entry["cpu_affinity"] = parse_cpulist(cpu_raw, kind)
+            raw_cpu[name] = cpu_raw
+    if numa_raw is not None and na(numa_raw) is not None:
+        entry["numa_affinity"] = parse_cpulist(numa_raw, kind)
+    if values.get("GPU NUMA ID") is not None:
+        entry["gpu_numa_id"] = to_int(values["GPU NUMA ID"], kind)
+    entry["_numa_raw"] = numa_raw
+    return entry
 
 
 def parse_topo_p2p(text: str) -> dict:
