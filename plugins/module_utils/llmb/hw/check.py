@@ -230,13 +230,14 @@ def _check_npu_smi(cap: _Capture, facts: dict) -> None:
         cap.cut(last, "the output ends inside a table (the last line is not a +---+ border)")
         return
     counts = Counter(n["npu"] for n in facts["npus"])
-    most = max(counts.values())
-    for card, c in counts.items():
-        if c < most:
-            row = cap.find(rf"^\|\s*{card}\s+\S")
-            cap.cut(row, f"NPU {card} lists {c} chip(s), other NPUs {most}")
     procs = cap.find(r"^\|\s*NPU\s+Chip\s*\|\s*Process id")
     if procs is None:
+        # The output ends after the NPU table: a last NPU with fewer chips than the others was cut
+        # (a chip missing in the middle is the machine's state, for device.count to report).
+        last_card = facts["npus"][-1]["npu"]
+        if counts[last_card] < max(counts.values()):
+            row = max(n for n in range(1, len(cap.lines) + 1) if re.match(rf"^\|\s*{last_card}\s+\S", cap.lines[n - 1]))
+            cap.cut(row, f"NPU {last_card} lists {counts[last_card]} chip(s), other NPUs {max(counts.values())}")
         cap.add(WARNING, last, "no process table after the NPU table (npu-smi info prints one: capture cut at a card"
                                " border, or pasted without it?)")
         return
@@ -263,6 +264,8 @@ def _check_matrix(cap: _Capture, facts: dict, label_ok) -> None:
             cap.add(ERROR, ln, f"row {name} has {len(extras)} values after the matrix, other rows {most}"
                                " (cells fused by a lost tab?)")
             break
+    if last is not None and not any(re.match(r"^\s*Legend:?\s*$", ln) for ln in cap.lines[last:]):
+        cap.add(WARNING, last, "no Legend after the matrix (pasted without it, or the capture was cut here)")
     for col in columns:
         if col not in names and DEVICE_RE.match(col):
             cap.cut(last, f"matrix column {col} has no row (header names {len(columns)} columns, {len(rows)} rows follow)")
@@ -295,6 +298,22 @@ def _check_links(cap: _Capture, facts: dict) -> None:
             cap.cut(cap.last_line(), f"the last link lists {caps[-1]} capabilities, others {max(caps)}")
 
 
+def _check_npu_topo(cap: _Capture, facts: dict) -> None:
+    from .ascend import NPU_TOPO_LABEL_RE
+
+    _check_matrix(cap, facts, lambda c: bool(NPU_TOPO_LABEL_RE.match(c)))
+
+
+def _check_numactl(cap: _Capture, facts: dict) -> None:
+    # numactl prints 10 for a node's distance to itself; another value on the diagonal of the last row
+    # is a number cut short at the end of the capture.
+    for i, row in enumerate(facts.get("distances") or []):
+        if i < len(row) and row[i] != 10:
+            rows = [n for n in range(1, len(cap.lines) + 1) if re.match(rf"^\s*{i}:", cap.lines[n - 1])]
+            cap.cut(rows[-1] if rows else None, f"distance of node {i} to itself is {row[i]}, numactl prints 10")
+            break
+
+
 _CHECKS = {
     "nvidia-smi-q": _check_smi_q,
     "nvidia-smi-q-xml": _check_smi_xml,
@@ -302,6 +321,8 @@ _CHECKS = {
     "npu-smi-info": _check_npu_smi,
     "nvidia-smi-topo": _check_topo,
     "nvidia-smi-topo-p2p": _check_p2p,
+    "npu-smi-topo": _check_npu_topo,
+    "numactl": _check_numactl,
     "nvidia-smi-nvlink": _check_links,
     "nvidia-smi-nvlink-caps": _check_links,
 }
