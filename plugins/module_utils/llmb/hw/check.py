@@ -101,10 +101,11 @@ class _Capture:
         return None
 
 
-def _sanitize(cap_text: str, body: str, offset: int, findings: list[Finding]) -> str:
+def _sanitize(cap_text: str, findings: list[Finding]) -> str:
+    """The capture without terminal residue, line for line (line numbers do not change)."""
     out = []
     residue_at = cr_at = None
-    for n, ln in enumerate(body.split("\n"), 1):
+    for n, ln in enumerate(cap_text.split("\n"), 1):
         if ln.endswith("\r"):
             ln = ln[:-1]
             cr_at = cr_at or n
@@ -115,18 +116,19 @@ def _sanitize(cap_text: str, body: str, offset: int, findings: list[Finding]) ->
             ln = ANSI_RE.sub("", ln)
             residue_at = residue_at or n
         out.append(ln)
-    raw = cap_text.split("\n")
     for at, what in ((residue_at, "terminal escape sequences / control characters removed"),
                      (cr_at, "carriage returns removed")):
         if at:
-            shown = ANSI_RE.sub("", raw[at + offset - 1]).replace("\r", "")[:_SHOWN] if at + offset <= len(raw) else ""
-            findings.append(Finding(WARNING, at + offset, shown.strip(), what + " (first on this line)"))
-    for n, ln in enumerate(out, 1):
+            findings.append(Finding(WARNING, at, out[at - 1].strip()[:_SHOWN], what + " (first on this line)"))
+    return "\n".join(out)
+
+
+def _replacement_chars(lines: list[str], offset: int, findings: list[Finding]) -> None:
+    for n, ln in enumerate(lines, 1):
         if "\ufffd" in ln:
             findings.append(Finding(ERROR, n + offset, ln.strip()[:_SHOWN],
                                     "U+FFFD replacement character: bytes that were not UTF-8 (damaged capture?)"))
             break
-    return "\n".join(out)
 
 
 def _header_lines(text: str, body: str, meta: dict) -> int:
@@ -139,9 +141,10 @@ def parse_checked(text: str, kind: str | None = None, command: str | None = None
     if text.startswith(BOM):
         text = text[len(BOM):]
         findings.append(Finding(WARNING, 1, text.split("\n", 1)[0].strip()[:_SHOWN], "UTF-8 byte order mark removed"))
+    text = _sanitize(text, findings)
     meta, body = split_capture(text)
     offset = _header_lines(text, body, meta)
-    body = _sanitize(text, body, offset, findings)
+    _replacement_chars(body.split("\n"), offset, findings)
     header_cmd = meta.get("command", "")
     cap = _Capture(text, offset, body.split("\n"), command if command is not None else header_cmd)
     cap.findings = findings
@@ -157,7 +160,7 @@ def parse_checked(text: str, kind: str | None = None, command: str | None = None
             return ParseResult(kind, None, cap.findings)
     else:
         try:
-            kind = detect_kind("\n".join(text.split("\n")[:offset]) + ("\n" if offset else "") + body)
+            kind = detect_kind(text)
         except ParseError as exc:
             cap.add(ERROR, first, exc.reason)
             return ParseResult(None, None, cap.findings)
