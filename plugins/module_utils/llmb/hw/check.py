@@ -197,7 +197,9 @@ def _check_smi_q(cap: _Capture, facts: dict) -> None:
     att = cap.find(r"^Attached GPUs\s*:")
     attached = facts.get("attached_gpus")
     selected = _opt(cap.command, "-i", "--id")
-    if attached is not None and (len(sections) != attached if not selected else not sections and attached):
+    if att is None or attached is None:
+        cap.cut(att or cap.last_line(), "no 'Attached GPUs' count: the output ends before it")
+    elif attached is not None and (len(sections) != attached if not selected else not sections and attached):
         cap.cut(att, f"'Attached GPUs : {attached}' but {len(sections)} GPU section(s) follow")
     if _opt(cap.command, "-d", "--display"):
         return
