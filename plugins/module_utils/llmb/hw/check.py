@@ -55,6 +55,15 @@ class ParseResult:
         return self.ok and not self.findings
 
 
+# Kinds the content alone cannot tell apart in every case (`nvidia-smi nvlink -c` and `-s` on GPUs with no
+# NVLink print the same GPU lines); each parser refuses the other's link lines itself.
+_SAME_LOOK = [{"nvidia-smi-nvlink", "nvidia-smi-nvlink-caps"}]
+
+
+def _mismatch(kind: str, looks: str | None) -> bool:
+    return looks is not None and looks != kind and not any({kind, looks} <= group for group in _SAME_LOOK)
+
+
 def decode_capture(data: bytes) -> tuple[str, list[Finding]]:
     """Text of a capture file; bytes that are not UTF-8 are replaced and reported (error, with the line)."""
     try:
@@ -154,7 +163,7 @@ def parse_checked(text: str, kind: str | None = None, command: str | None = None
         if kind not in KINDS:
             cap.add(ERROR, None, f"unknown kind {kind!r}; known kinds: {', '.join(sorted(KINDS))}")
             return ParseResult(kind, None, cap.findings)
-        if looks is not None and looks != kind:
+        if _mismatch(kind, looks):
             cap.add(ERROR, first, f"this is not {kind} output: it looks like {KINDS[looks][1]} ({looks}); "
                                   f"pass --kind {looks} or leave --kind out")
             return ParseResult(kind, None, cap.findings)
@@ -164,7 +173,7 @@ def parse_checked(text: str, kind: str | None = None, command: str | None = None
         except ParseError as exc:
             cap.add(ERROR, first, exc.reason)
             return ParseResult(None, None, cap.findings)
-        if looks is not None and looks != kind:
+        if _mismatch(kind, looks):
             cap.add(ERROR, first, f"the capture header names `{header_cmd}` ({kind}) but the output looks like "
                                   f"{KINDS[looks][1]} ({looks})")
             return ParseResult(kind, None, cap.findings)

@@ -176,11 +176,15 @@ def test_usage_and_internal_errors(tmp_path, monkeypatch, capsys):
 
 
 def test_facts_mode_exits_2_on_a_damaged_capture(tmp_path):
-    text, _line, _msg = half_smi_q()
+    text, _line, _msg = half_smi_q()  # the line counts the capture header, as in the file
     f = tmp_path / "smi-q.txt"
     f.write_text(text)
     r = _hwfacts("--facts", str(f))
-    assert r.returncode == 2 and "'Attached GPUs : 2' but 1 GPU section(s) follow" in r.stderr
+    assert r.returncode == 2
+    assert f"hwfacts: smi-q: nvidia-smi-q: line {_line}: 'Attached GPUs : 2' but 1 GPU section(s) follow" in r.stderr
+    r = _hwfacts("--facts", str(FIXTURES / "real/h100/smi-q.txt"), str(FIXTURES / "real/h100/topo.txt"))
+    assert r.returncode == 0, r.stderr
+    assert not json.loads(r.stdout)["errors"]
 
 
 def test_verify_fails_a_capture_check_for_a_damaged_capture():
