@@ -152,6 +152,8 @@ def test_usage_and_internal_errors(tmp_path, monkeypatch, capsys):
     assert r.returncode == 2 and "No such file or directory" in r.stderr and "Traceback" not in r.stderr
     r = _hwfacts("--bundle", str(tmp_path), "--platform", "h100-x1", "--override", "{not json")
     assert r.returncode == 2 and "--override is not JSON" in r.stderr
+    r = _hwfacts("--bundle", str(tmp_path / "no-such-dir"), "--platform", "h100-x1")
+    assert r.returncode == 2 and "no-such-dir: No such file or directory" in r.stderr
     r = _hwfacts("--kind", "nope", "x")
     assert r.returncode == 2 and "invalid choice" in r.stderr
     # An internal error: one line, what and where, status 1 (the parser is broken on purpose here).
