@@ -107,6 +107,18 @@ def verify(facts: dict, profile: dict, waive: list[str] | tuple = ()) -> list[di
                        e["error"], f"run `{e.get('cmd') or kind}` on the node: a missing tool, a driver / library "
                        "mismatch or a hung device shows there; reinstall the driver package if the tool is missing"))
 
+    # Captures read but found damaged (cut short, counts that disagree with their own header, ...).
+    reported = {c["id"][len("probe."):] for c in checks}
+    by_probe: dict = {}
+    for e in facts.get("errors", []):
+        if e.get("capture") and e["probe"] not in reported:
+            by_probe.setdefault(e["probe"], []).append(e)
+    for probe, errs in by_probe.items():
+        more = f" (and {len(errs) - 1} more)" if len(errs) > 1 else ""
+        add(_check(f"capture.{probe}", False, f"`{errs[0].get('cmd') or errs[0]['kind']}` output complete and consistent",
+                   errs[0]["error"] + more, "re-run the command on the node and capture its whole output; "
+                   "`scripts/hwfacts FILE` lists every problem with its line"))
+
     add(_check("vendor", facts.get("vendor") == vendor, vendor, facts.get("vendor") or "no accelerator tool found",
                f"no {vendor} management tool answered; install the driver / tools or pick the right llmb_platform"))
 
