@@ -1,17 +1,29 @@
-"""plan(): inventory -> validated per-host launch plan (or PlanError listing every problem)."""
+"""plan(): inventory -> validated per-host launch plan (or PlanError listing every problem).
+
+A straight pipeline: read the inventory -> resolve its names into a context -> the engine module
+resolves the topology -> checks of the resolved topology -> the engine's args -> its services ->
+checks of the plan. Each stage adds its problems; a stage whose input is missing stops the run.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
+from . import topology as shared
 from .context import Context, resolve
 from .data import DataDir
-from .engines import common, sglang, trtllm, vllm
+from .engines import ENGINES, common, engine_for_vendor
 from .inventory import read_deployment
 from .model import HostPlan, PlanError, Problem
-from .validation import check_engine_platform, check_fit, check_model, check_ports, plan_topology
-
-ENGINE_PLANNERS = {"vllm": vllm, "vllm-ascend": vllm, "sglang": sglang, "trtllm": trtllm}
+from .topology import Topology
+from .validation import (
+    check_engine_platform,
+    check_fit,
+    check_model,
+    check_ports,
+    check_sizes,
+    check_topology,
+)
 
 
 class Planned:
@@ -39,40 +51,64 @@ def check(hostvars: Any, groups: dict[str, Any], data_dir: str | None = None) ->
     return []
 
 
+def check_image(
+    ctx: Context, topo: Topology, engine_args: dict[str, Any], hosts: list[HostPlan]
+) -> list[Problem]:
+    """A container install has an image: llmb_container_image or the flag set's default."""
+    if ctx.v["llmb_install"] != "container" or common.default_image(ctx):
+        return []
+    return [
+        Problem(
+            "install",
+            f"no default image for {ctx.engine} on {ctx.platform.vendor}",
+            fix="set llmb_container_image",
+        )
+    ]
+
+
+# checks of a planned deployment, each (ctx, topology, engine args, host plans) -> problems
+PLAN_CHECKS = (
+    lambda ctx, topo, args, hosts: check_model(ctx, args),
+    lambda ctx, topo, args, hosts: check_fit(ctx, topo, args),
+    check_image,
+    lambda ctx, topo, args, hosts: check_ports(ctx, hosts),
+)
+
+
 def plan_inventory(
     hostvars: Any, groups: dict[str, Any], data_dir: str | None = None, source: str = "inventory"
 ) -> Planned:
-    data = DataDir(data_dir)
     dep, problems = read_deployment(hostvars, groups)
     if dep is None or problems:
         raise PlanError(problems, source)
-    ctx, problems = resolve(dep, data)
+    ctx, problems = resolve(dep, DataDir(data_dir))
     if ctx is None:
         raise PlanError(problems, source)
-    problems = check_engine_platform(ctx)
+    engine = ENGINES[ctx.engine]
+    problems = check_engine_platform(ctx, engine.CAPS, engine_for_vendor(ctx.platform.vendor))
     problems += common.container_problems(ctx)
-    topo, topo_problems = plan_topology(ctx)
-    problems += topo_problems
-    if topo is None:
+
+    sizes, found = shared.requested_sizes(ctx)
+    problems += found
+    if sizes is None:
         raise PlanError(problems, source)
-    planner = ENGINE_PLANNERS[ctx.engine]
-    ea, arg_problems = planner.engine_args(ctx, topo)
+    found = check_sizes(ctx, engine.CAPS, sizes)
+    topo, resolved = engine.topology(ctx, engine.CAPS, sizes)
+    found += resolved
+    if topo is not None:
+        found += check_topology(ctx, topo)
+    problems += found
+    if topo is None or found:
+        raise PlanError(problems, source)
+
+    ea, arg_problems = engine.engine_args(ctx, topo)
     problems += arg_problems
-    problems += check_model(ctx, ea.values)
-    problems += check_fit(ctx, topo, ea.values)
-    if ctx.v["llmb_install"] == "container" and not common.default_image(ctx):
-        problems.append(
-            Problem(
-                "install",
-                f"no default image for {ctx.engine} on {ctx.platform.vendor}",
-                fix="set llmb_container_image",
-            )
-        )
-    hosts = planner.services(ctx, topo, ea)
-    problems += check_ports(ctx, hosts)
+    hosts = engine.services(ctx, topo, ea)
+    for plan_check in PLAN_CHECKS:
+        problems += plan_check(ctx, topo, ea.values, hosts)
     if problems:
         raise PlanError(problems, source)
-    ctx.notes.append(common.describe_topology(topo))
+    ctx.notes.append(shared.describe(topo))
     ctx.notes.extend(ea.notes)
     return Planned(ctx, topo, hosts)
 

@@ -9,7 +9,9 @@ from ..context import Context
 from ..flags import EngineArgs
 from ..inventory import Node
 from ..model import HostPlan, Problem, Service
-from ..validation import Topology, model_patches
+from ..topology import Topology
+from ..validation import model_patches
+from . import ascend, nvidia, rocm
 
 # planner-owned flags -> the inventory variable that controls them (for error messages)
 OWNER_HINT = {
@@ -73,8 +75,9 @@ def build_engine_args(ctx: Context, planner_flags: list[tuple[str, Any]]) -> tup
     return ea, ea.problems
 
 
-def iface_env(ctx: Context, node: Node, multinode: bool) -> dict[str, str]:
+def iface_env(ctx: Context, topo: Topology, node: Node) -> dict[str, str]:
     """Communicator environment from llmb_cluster_iface and the node's address."""
+    multinode = topo.nodes > 1
     iface = ctx.v.get("llmb_cluster_iface")
     env: dict[str, str] = {}
     vendor = ctx.platform.vendor
@@ -88,8 +91,8 @@ def iface_env(ctx: Context, node: Node, multinode: bool) -> dict[str, str]:
     if vendor == "huawei":
         if iface or multinode:
             env["HCCL_IF_IP"] = node.address
-    if ctx.engine in ("vllm", "vllm-ascend") and (iface or multinode):
-        env["VLLM_HOST_IP"] = node.address
+    if topo.caps.host_ip_env and (iface or multinode):
+        env[topo.caps.host_ip_env] = node.address
     return env
 
 
@@ -278,11 +281,11 @@ def health_block(ctx: Context, node: Node) -> dict[str, Any]:
     }
 
 
-def api_block(ctx: Context, node: Node, engine_args: dict[str, Any]) -> dict[str, Any]:
+def api_block(ctx: Context, topo: Topology, node: Node, engine_args: dict[str, Any]) -> dict[str, Any]:
     reasoning = any(engine_args.get(f) for f in ("--reasoning-parser", "--reasoning_parser"))
     tools = bool(engine_args.get("--tool-call-parser"))
-    if ctx.engine in ("vllm", "vllm-ascend"):
-        tools = tools and bool(engine_args.get("--enable-auto-tool-choice"))
+    if topo.caps.tool_choice_flag:
+        tools = tools and bool(engine_args.get(topo.caps.tool_choice_flag))
     return {
         "base_url": f"http://{node.address}:{ctx.v['llmb_api_port']}/v1",
         "served_model_name": ctx.served_name,
@@ -303,11 +306,11 @@ def host_plan(ctx: Context, node: Node, model_path: str) -> HostPlan:
     return hp
 
 
-def expose_api(ctx: Context, svc: Service, node: Node, engine_args: dict[str, Any]) -> None:
+def expose_api(ctx: Context, topo: Topology, svc: Service, node: Node, engine_args: dict[str, Any]) -> None:
     """svc serves the OpenAI API on node: its port, health check and API description."""
     svc.ports = [{"port": ctx.v["llmb_api_port"], "purpose": "api"}]
     svc.health = health_block(ctx, node)
-    svc.api = api_block(ctx, node, engine_args)
+    svc.api = api_block(ctx, topo, node, engine_args)
 
 
 def follow_head(ctx: Context, svc: Service, head: Node) -> None:
@@ -333,9 +336,55 @@ def dep_ref(node: Node, service: str) -> str:
     return f"{node.name}/{service}"
 
 
-def describe_topology(topo: Topology) -> str:
-    return (
-        f"{topo.mode}: {topo.nodes} node(s), TP {topo.tp} x PP {topo.pp} x DP {topo.dp}"
-        + (f" (DCP {topo.dcp})" if topo.dcp > 1 else "")
-        + f", {topo.per_node} of {topo.devices_per_node} devices per node"
+def platform_bits(ctx: Context) -> tuple[dict[str, str], list[str], list[str], dict[str, Any]]:
+    """(env, devices, mounts, container defaults) of an engine container on the platform's vendor."""
+    vendor = ctx.platform.vendor
+    if vendor == "huawei":
+        return (
+            dict(ascend.ASCEND_ENV),
+            ascend.devices(ctx.platform.device_count),
+            list(ascend.ASCEND_DRIVER_MOUNTS),
+            dict(ascend.ASCEND_CONTAINER),
+        )
+    if vendor == "amd":
+        return dict(rocm.ROCM_ENV), list(rocm.ROCM_DEVICES), [], dict(rocm.ROCM_CONTAINER)
+    return {}, [], [], dict(nvidia.NVIDIA_CONTAINER)
+
+
+def engine_service(
+    ctx: Context,
+    *,
+    name: str,
+    role: str,
+    argv: list[str],
+    order: int,
+    env: dict[str, str],
+    devices: list[str],
+    mounts: list[str],
+    platform_defaults: dict[str, Any],
+) -> Service:
+    """The engine process: a container (llmb_install: container, named by llmb_container_name) or a unit."""
+    if ctx.v["llmb_install"] != "container":
+        return Service(name=name, kind="systemd", role=role, argv=argv, order=order, env=env)
+    return make_container_service(
+        ctx,
+        name=str(ctx.v.get("llmb_container_name") or name),
+        role=role,
+        argv=argv,
+        order=order,
+        env=env,
+        image=default_image(ctx),
+        devices=devices,
+        mounts=mounts,
+        platform_defaults=platform_defaults,
     )
+
+
+def place_rank(ctx: Context, topo: Topology, hp: HostPlan, svc: Service, node: Node, ea: EngineArgs) -> None:
+    """svc joins node's plan: on the head it serves the API, elsewhere it starts after the head's."""
+    if node is ctx.dep.head:
+        expose_api(ctx, topo, svc, node, ea.values)
+    else:
+        follow_head(ctx, svc, ctx.dep.head)
+    svc.notes = list(ea.notes)
+    hp.services.append(svc)

@@ -6,12 +6,28 @@ from __future__ import annotations
 
 from typing import Any
 
+from .. import topology as shared
 from .. import yamltext
+from ..capabilities import EngineCaps
 from ..context import Context
 from ..flags import EngineArgs
 from ..model import HostPlan, Problem, Service
-from ..validation import Topology
+from ..topology import Sizes, Topology
 from . import common, nvidia
+
+CAPS = EngineCaps(
+    name="trtllm",
+    vendors=("nvidia",),
+    installs=("container",),
+    memory_fraction_flag=None,
+    memory_fraction_default=0.95,
+    modes=("single", "mpirun"),
+    head_address_use="the mpirun host list",
+    data_parallel_refused=(
+        "trtllm-serve has no data-parallel flag; attention DP is set in the extra LLM API options",
+        "set llmb_data_parallel: 1 (enable_attention_dp lives in llmb_trtllm_extra_llm_api_options)",
+    ),
+)
 
 # seed 004 "Generate additional config for trtllm serve"
 DEFAULT_EXTRA_LLM_API_OPTIONS: dict[str, Any] = {
@@ -36,6 +52,11 @@ def sshd_argv(mesh: str) -> list[str]:
     container's main process, its command line naming the config (how ssh_mesh tells it apart
     from a squatter on the port)."""
     return ["/bin/sh", "-c", f"mkdir -p /run/sshd && exec /usr/sbin/sshd -D -e -f {mesh}/sshd_config"]
+
+
+def topology(ctx: Context, caps: EngineCaps, sizes: Sizes) -> tuple[Topology | None, list[Problem]]:
+    """TP x PP ranks split evenly over the nodes; mpirun starts them when there are several."""
+    return shared.even_split(ctx, caps, sizes, "mpirun" if sizes.nodes > 1 else "single")
 
 
 def engine_args(ctx: Context, topo: Topology) -> tuple[EngineArgs, list[Problem]]:
@@ -76,7 +97,7 @@ def services(ctx: Context, topo: Topology, ea: EngineArgs) -> list[HostPlan]:
     plans = []
     for node in nodes:
         hp = common.host_plan(ctx, node, model_path)
-        env = common.merge_env(common.iface_env(ctx, node, multinode), v.get("llmb_engine_env"))
+        env = common.merge_env(common.iface_env(ctx, topo, node), v.get("llmb_engine_env"))
         mounts = [*model_mounts, f"{cfg_dir}:{cfg_dir}:ro"]
         if multinode:
             mounts.append(f"{mesh}:{mesh}:ro")  # ssh_mesh stage: cluster key, pinned host keys, sshd_config
@@ -96,7 +117,7 @@ def services(ctx: Context, topo: Topology, ea: EngineArgs) -> list[HostPlan]:
         svc.config_files = [dict(config_file)]
         hp.services.append(svc)
         if not multinode:
-            common.expose_api(ctx, svc, node, ea.values)
+            common.expose_api(ctx, topo, svc, node, ea.values)
             svc.notes = list(ea.notes)
         else:
             svc.ports = [{"port": sshd_port, "purpose": "sshd"}]
@@ -118,7 +139,7 @@ def services(ctx: Context, topo: Topology, ea: EngineArgs) -> list[HostPlan]:
                     stop_argv=["/usr/bin/docker", "exec", name, "pkill", "-TERM", "-f", "trtllm-serve"],
                     depends_on=[common.dep_ref(n, name) for n in nodes],
                 )
-                common.expose_api(ctx, launcher, node, ea.values)
+                common.expose_api(ctx, topo, launcher, node, ea.values)
                 launcher.notes = list(ea.notes)
                 hp.services.append(launcher)
         plans.append(hp)

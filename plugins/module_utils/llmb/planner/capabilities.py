@@ -1,0 +1,39 @@
+"""What an engine can do, as data: each engine module declares one ``EngineCaps`` record as ``CAPS``.
+
+The planner's shared code (the checks in validation.py, the helpers in engines/common.py) reads
+these records instead of asking ``if engine in (...)``: adding an engine means one engine module
+with its record, its ``topology`` / ``engine_args`` / ``services`` functions, and its flag set in
+data/engines/.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# topology modes an engine may resolve to (engines/<engine>.py:topology decides which)
+MODES = ("single", "ray", "dp", "sglang", "mpirun")
+
+
+@dataclass(frozen=True)
+class EngineCaps:
+    name: str  # the value of llmb_engine
+    vendors: tuple[str, ...]  # platform vendors it runs on in this toolkit
+    installs: tuple[str, ...]  # llmb_install kinds the planner can produce for it
+    memory_fraction_flag: str | None  # flag that caps device memory use (None: fixed headroom)
+    memory_fraction_default: float  # fraction assumed when the flag is not given
+    modes: tuple[str, ...]  # topology modes it resolves to, from MODES
+    head_address_use: str  # what the head's address becomes with several nodes (loopback check)
+    decode_context_parallel: bool = False  # llmb_decode_context_parallel applies
+    expert_parallel: str = "size"  # "switch": llmb_expert_parallel | "size": llmb_expert_parallel_size
+    # llmb_data_parallel > 1 refused with (message, fix) when the engine has no data-parallel flag
+    data_parallel_refused: tuple[str, str] | None = None
+    host_ip_env: str | None = None  # env var that carries the node's address (set with iface/multinode)
+    # the API offers tool calls only with this flag besides --tool-call-parser
+    tool_choice_flag: str | None = None
+
+    def __post_init__(self) -> None:
+        unknown = [m for m in self.modes if m not in MODES]
+        if unknown:
+            raise ValueError(f"engine {self.name}: unknown topology modes {unknown}; known: {MODES}")
+        if self.expert_parallel not in ("switch", "size"):
+            raise ValueError(f"engine {self.name}: expert_parallel is 'switch' or 'size'")
