@@ -37,6 +37,13 @@ class Topology:
     layout: str = WHOLE_NODES
     caps: EngineCaps | None = None  # the capabilities of the engine that resolved it
 
+    def describe(self) -> str:
+        return (
+            f"{self.mode}: {self.nodes} node(s), TP {self.tp} x PP {self.pp} x DP {self.dp}"
+            + (f" (DCP {self.dcp})" if self.dcp > 1 else "")
+            + f", {self.per_node} of {self.devices_per_node} devices per node"
+        )
+
 
 @dataclass(frozen=True)
 class Sizes:
@@ -48,6 +55,26 @@ class Sizes:
     dcp: int
     nodes: int
     devices_per_node: int
+
+
+@dataclass
+class Resolution:
+    """What resolving the topology gave: the requested sizes (None when one is not a positive integer),
+    the topology (None when none can be formed) and the problems found on the way."""
+
+    caps: EngineCaps
+    sizes: Sizes | None
+    topology: Topology | None
+    problems: list[Problem]
+
+
+def resolve(ctx: Context, engine: Any) -> Resolution:
+    """The requested sizes, then the engine module's topology(ctx, caps, sizes) from them."""
+    sizes, problems = requested_sizes(ctx)
+    if sizes is None:
+        return Resolution(engine.CAPS, None, None, problems)
+    topo, problems = engine.topology(ctx, engine.CAPS, sizes)
+    return Resolution(engine.CAPS, sizes, topo, problems)
 
 
 def positive(key: str, value: Any, problems: list[Problem]) -> int:
@@ -136,11 +163,3 @@ def even_split(ctx: Context, caps: EngineCaps, s: Sizes, mode: str) -> tuple[Top
     return Topology(
         mode, s.nodes, s.devices_per_node, world, per_node, s.tp, s.pp, s.dp, 1, s.dcp, EVEN_SPLIT, caps
     ), []
-
-
-def describe(topo: Topology) -> str:
-    return (
-        f"{topo.mode}: {topo.nodes} node(s), TP {topo.tp} x PP {topo.pp} x DP {topo.dp}"
-        + (f" (DCP {topo.dcp})" if topo.dcp > 1 else "")
-        + f", {topo.per_node} of {topo.devices_per_node} devices per node"
-    )

@@ -13,10 +13,11 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from .capabilities import EngineCaps
+from .containers import container_problems, default_image
 from .context import Context
 from .inventory import is_loopback
 from .model import HostPlan, Problem
-from .topology import DP_RANKS, EVEN_SPLIT, WHOLE_NODES, Sizes, Topology
+from .topology import DP_RANKS, EVEN_SPLIT, WHOLE_NODES, Resolution, Sizes, Topology
 
 
 class _MemoryFraction(Mapping):
@@ -42,6 +43,11 @@ class _MemoryFraction(Mapping):
 MEMORY_FRACTION: Mapping[str, tuple[str | None, float]] = _MemoryFraction()
 
 GIB = 1024**3
+
+
+def check_engine(ctx: Context, caps: EngineCaps, alternative: str) -> list[Problem]:
+    """The engine fits the platform and the install kind; the container variables are well-formed."""
+    return check_engine_platform(ctx, caps, alternative) + container_problems(ctx)
 
 
 def check_engine_platform(ctx: Context, caps: EngineCaps, alternative: str) -> list[Problem]:
@@ -70,6 +76,18 @@ def check_engine_platform(ctx: Context, caps: EngineCaps, alternative: str) -> l
                 fix="set llmb_install: container and llmb_container_image (or keep the default image)",
             )
         )
+    return problems
+
+
+def check_topology(ctx: Context, res: Resolution) -> list[Problem]:
+    """The requested sizes against the engine, then the resolved topology against the devices.
+
+    Any problem here stops the plan: there is no topology to build services on."""
+    if res.sizes is None:
+        return list(res.problems)
+    problems = check_sizes(ctx, res.caps, res.sizes) + res.problems
+    if res.topology is not None:
+        problems += check_resolved(ctx, res.topology)
     return problems
 
 
@@ -103,7 +121,7 @@ def check_sizes(ctx: Context, caps: EngineCaps, s: Sizes) -> list[Problem]:
     return problems
 
 
-def check_topology(ctx: Context, topo: Topology) -> list[Problem]:
+def check_resolved(ctx: Context, topo: Topology) -> list[Problem]:
     """A resolved topology: ranks against devices per node, EP size, addresses of a multinode plan."""
     caps = topo.caps
     problems = {DP_RANKS: _check_dp_ranks, WHOLE_NODES: _check_whole_nodes, EVEN_SPLIT: _check_even_split}[
@@ -381,6 +399,26 @@ def model_patches(ctx: Context) -> list[dict[str, Any]]:
                 {"path": patch["path"], "value": patch["value"], "expect": patch.get("expect"), "key": key}
             )
     return out
+
+
+def check_plan(ctx: Context, topo: Topology, engine_args: dict[str, Any], hosts: list[HostPlan]) -> list[Problem]:
+    """The planned deployment: the model against the engine and the devices, the image, the ports."""
+    problems = check_model(ctx, engine_args)
+    problems += check_fit(ctx, topo, engine_args)
+    problems += check_image(ctx)
+    problems += check_ports(ctx, hosts)
+    return problems
+
+
+def check_image(ctx: Context) -> list[Problem]:
+    """A container install has an image: llmb_container_image or the flag set's default."""
+    if ctx.v["llmb_install"] != "container" or default_image(ctx):
+        return []
+    return [
+        Problem(
+            "install", f"no default image for {ctx.engine} on {ctx.platform.vendor}", fix="set llmb_container_image"
+        )
+    ]
 
 
 def check_ports(ctx: Context, plans: list[HostPlan]) -> list[Problem]:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import shlex
 from typing import Any
 
+from .. import containers
 from ..context import Context
 from ..flags import EngineArgs
 from ..inventory import Node
@@ -134,134 +134,6 @@ def model_paths(ctx: Context) -> tuple[str, list[str]]:
     return target, [f"{model_dir}:{target}:ro"]
 
 
-def container_options(ctx: Context, name: str, platform_defaults: dict[str, Any]) -> dict[str, Any]:
-    opts: dict[str, Any] = {
-        "name": name,
-        "network": "host",
-        "ipc": None,
-        "shm_size": None,
-        "privileged": False,
-        "cap_add": [],
-        "security_opt": [],
-        "group_add": [],
-        "ulimits": [],
-        "gpus": None,
-        "workdir": None,
-        "entrypoint": None,
-        "restart": "unless-stopped",
-    }
-    opts.update(platform_defaults)
-    for key, value in (ctx.v.get("llmb_container_options") or {}).items():
-        if key in ("cap_add", "security_opt", "group_add", "ulimits") and isinstance(value, list):
-            merged = list(opts.get(key) or [])
-            merged.extend(x for x in value if x not in merged)
-            opts[key] = merged
-        else:
-            opts[key] = value
-    return opts
-
-
-def container_problems(ctx: Context) -> list[Problem]:
-    known = {
-        "name",
-        "network",
-        "ipc",
-        "shm_size",
-        "privileged",
-        "cap_add",
-        "security_opt",
-        "group_add",
-        "ulimits",
-        "gpus",
-        "workdir",
-        "entrypoint",
-        "restart",
-    }
-    problems = []
-    for key in ctx.v.get("llmb_container_options") or {}:
-        if key not in known:
-            problems.append(
-                Problem(
-                    "container",
-                    f"llmb_container_options has an unknown key {key!r}",
-                    found=key,
-                    expected=" | ".join(sorted(known)),
-                    fix="use one of the keys above (devices and mounts have their own variables)",
-                )
-            )
-    for mount in ctx.v.get("llmb_container_mounts") or []:
-        if len(str(mount).split(":")) not in (2, 3):
-            problems.append(
-                Problem(
-                    "container",
-                    f"mount {mount!r} is not 'src:dst[:ro]'",
-                    found=mount,
-                    fix="write mounts in docker -v syntax",
-                )
-            )
-    return problems
-
-
-def container_command(argv: list[str], entrypoint: Any) -> list[str]:
-    """The container command for an engine argv, given the container entrypoint.
-
-    A shell entrypoint (seed 002/003 run the ROCm image with --entrypoint /bin/bash) gets
-    ``-c 'exec <argv>'``; no entrypoint means the argv replaces the image's entrypoint+cmd.
-    """
-    if entrypoint and str(entrypoint).split("/")[-1] in ("bash", "sh"):
-        return ["-c", "exec " + shlex.join(argv)]
-    return list(argv)
-
-
-def make_container_service(
-    ctx: Context,
-    *,
-    name: str,
-    role: str,
-    argv: list[str],
-    order: int,
-    env: dict[str, str],
-    image: str,
-    devices: list[str],
-    mounts: list[str],
-    platform_defaults: dict[str, Any],
-) -> Service:
-    opts = container_options(ctx, name, platform_defaults)
-    entry = opts.get("entrypoint")
-    if entry is None:
-        opts["entrypoint"] = argv[0]
-        opts["command"] = list(argv[1:])
-    else:
-        opts["command"] = container_command(argv, entry)
-    extra_devices = [str(d) for d in ctx.v.get("llmb_container_devices") or []]
-    all_devices = list(devices) + [d for d in extra_devices if d not in devices]
-    user_mounts = [str(m) for m in ctx.v.get("llmb_container_mounts") or []]
-    all_mounts = list(mounts) + [m for m in user_mounts if m not in mounts]
-    return Service(
-        name=name,
-        kind="container",
-        role=role,
-        argv=list(argv),
-        order=order,
-        env=env,
-        image=image,
-        devices=all_devices,
-        mounts=all_mounts,
-        container=opts,
-    )
-
-
-def default_image(ctx: Context) -> str | None:
-    image = ctx.v.get("llmb_container_image")
-    if image:
-        return str(image)
-    template = ctx.flagset.images.get(ctx.platform.vendor)
-    if not template:
-        return None
-    suffix = ctx.flagset.image_suffix_by_platform.get(ctx.platform.name, "")
-    return template.format(version=ctx.version, image_suffix=suffix)
-
-
 def venv_bin(ctx: Context, exe: str) -> str:
     venv = ctx.v.get("llmb_engine_venv") or f"/opt/llmb/venvs/{ctx.engine}-{ctx.version}"
     return f"{str(venv).rstrip('/')}/bin/{exe}"
@@ -366,14 +238,14 @@ def engine_service(
     """The engine process: a container (llmb_install: container, named by llmb_container_name) or a unit."""
     if ctx.v["llmb_install"] != "container":
         return Service(name=name, kind="systemd", role=role, argv=argv, order=order, env=env)
-    return make_container_service(
+    return containers.make_container_service(
         ctx,
         name=str(ctx.v.get("llmb_container_name") or name),
         role=role,
         argv=argv,
         order=order,
         env=env,
-        image=default_image(ctx),
+        image=containers.default_image(ctx),
         devices=devices,
         mounts=mounts,
         platform_defaults=platform_defaults,

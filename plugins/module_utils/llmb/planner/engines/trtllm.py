@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from .. import containers, yamltext
 from .. import topology as shared
-from .. import yamltext
 from ..capabilities import EngineCaps
 from ..context import Context
 from ..flags import EngineArgs
@@ -91,7 +91,7 @@ def services(ctx: Context, topo: Topology, ea: EngineArgs) -> list[HostPlan]:
     }
     serve_argv = ["trtllm-serve", "serve", *ea.argv(), model_path]
     name = str(v.get("llmb_container_name") or "llmb-trtllm")
-    image = common.default_image(ctx)
+    image = containers.default_image(ctx)
     sshd_port = v["llmb_sshd_port"]
     mesh = mesh_dir(ctx)
     plans = []
@@ -102,7 +102,7 @@ def services(ctx: Context, topo: Topology, ea: EngineArgs) -> list[HostPlan]:
         if multinode:
             mounts.append(f"{mesh}:{mesh}:ro")  # ssh_mesh stage: cluster key, pinned host keys, sshd_config
         # multinode: the container runs sshd and mpirun starts the ranks in it; else it serves the API
-        svc = common.make_container_service(
+        svc = containers.make_container_service(
             ctx,
             name=name,
             role="sshd" if multinode else "api",
