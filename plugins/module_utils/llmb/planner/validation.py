@@ -44,6 +44,8 @@ MEMORY_FRACTION: Mapping[str, tuple[str | None, float]] = _MemoryFraction()
 
 GIB = 1024**3
 
+INSTALL_TEXT = {"container": "a container image", "host": "a host install"}
+
 
 def check_engine(ctx: Context, caps: EngineCaps, alternative: str) -> list[Problem]:
     """The engine fits the platform and the install kind; the container variables are well-formed."""
@@ -70,10 +72,13 @@ def check_engine_platform(ctx: Context, caps: EngineCaps, alternative: str) -> l
         problems.append(
             Problem(
                 check="install",
-                message=f"{ctx.engine} is deployed as a container image only (llmb_install: {install} was asked)",
+                message=f"{ctx.engine} is deployed as {' or '.join(INSTALL_TEXT[i] for i in caps.installs)} only "
+                f"(llmb_install: {install} was asked)",
                 found=f"llmb_install: {install}",
                 expected=" | ".join(caps.installs),
-                fix="set llmb_install: container and llmb_container_image (or keep the default image)",
+                fix="set llmb_install: container and llmb_container_image (or keep the default image)"
+                if "container" in caps.installs
+                else f"set llmb_install: {caps.installs[0]}",
             )
         )
     return problems
