@@ -4,6 +4,7 @@ of the container variables (llmb_container_options, llmb_container_mounts, llmb_
 from __future__ import annotations
 
 import copy
+import dataclasses
 import shlex
 from typing import Any
 
@@ -81,40 +82,31 @@ def container_command(argv: list[str], entrypoint: Any) -> list[str]:
     return list(argv)
 
 
-def make_container_service(
+def containerize(
     ctx: Context,
-    *,
-    name: str,
-    role: str,
-    argv: list[str],
-    order: int,
-    env: dict[str, str],
-    image: str,
+    svc: Service,
+    image: str | None,
     devices: list[str],
     mounts: list[str],
-    platform_defaults: dict[str, Any],
+    platform_defaults: dict,
 ) -> Service:
-    opts = container_options(ctx, name, platform_defaults)
+    """svc (name, role, argv, order, env) run in a container of image, with the inventory's devices and mounts."""
+    opts = container_options(ctx, svc.name, platform_defaults)
     entry = opts.get("entrypoint")
     if entry is None:
-        opts["entrypoint"] = argv[0]
-        opts["command"] = list(argv[1:])
+        opts["entrypoint"] = svc.argv[0]
+        opts["command"] = list(svc.argv[1:])
     else:
-        opts["command"] = container_command(argv, entry)
+        opts["command"] = container_command(svc.argv, entry)
     extra_devices = [str(d) for d in ctx.v.get("llmb_container_devices") or []]
-    all_devices = list(devices) + [d for d in extra_devices if d not in devices]
     user_mounts = [str(m) for m in ctx.v.get("llmb_container_mounts") or []]
-    all_mounts = list(mounts) + [m for m in user_mounts if m not in mounts]
-    return Service(
-        name=name,
+    return dataclasses.replace(
+        svc,
         kind="container",
-        role=role,
-        argv=list(argv),
-        order=order,
-        env=env,
+        argv=list(svc.argv),
         image=image,
-        devices=all_devices,
-        mounts=all_mounts,
+        devices=list(devices) + [d for d in extra_devices if d not in devices],
+        mounts=list(mounts) + [m for m in user_mounts if m not in mounts],
         container=opts,
     )
 

@@ -60,8 +60,8 @@ def check_engine_platform(ctx: Context, caps: EngineCaps, alternative: str) -> l
     if ctx.platform.vendor not in caps.vendors:
         problems.append(
             Problem(
-                check="engine-platform",
-                message=f"{ctx.engine} does not run on {ctx.platform.name} ({ctx.platform.vendor} {ctx.platform.device_model})",
+                "engine-platform",
+                f"{ctx.engine} does not run on {ctx.platform.name} ({ctx.platform.vendor} {ctx.platform.device_model})",
                 found=f"llmb_engine: {ctx.engine}, llmb_platform: {ctx.platform.name}",
                 expected=f"a {'/'.join(caps.vendors)} platform for {ctx.engine}",
                 fix=f"use llmb_engine: {alternative} on {ctx.platform.name}",
@@ -71,8 +71,8 @@ def check_engine_platform(ctx: Context, caps: EngineCaps, alternative: str) -> l
     if install not in caps.installs:
         problems.append(
             Problem(
-                check="install",
-                message=f"{ctx.engine} is deployed as {' or '.join(INSTALL_TEXT[i] for i in caps.installs)} only "
+                "install",
+                f"{ctx.engine} is deployed as {' or '.join(INSTALL_TEXT[i] for i in caps.installs)} only "
                 f"(llmb_install: {install} was asked)",
                 found=f"llmb_install: {install}",
                 expected=" | ".join(caps.installs),
@@ -350,8 +350,8 @@ def check_model(ctx: Context, engine_args: dict[str, Any]) -> list[Problem]:
     if mtype and fs.supports_model_types and mtype not in fs.supports_model_types:
         problems.append(
             Problem(
-                check="model-type",
-                message=f"{ctx.engine} {ctx.version} does not know model_type {mtype!r} of {ctx.model_name} "
+                "model-type",
+                f"{ctx.engine} {ctx.version} does not know model_type {mtype!r} of {ctx.model_name} "
                 "and would fail to load it",
                 found=f"model_type {facts.get('model_type')!r}"
                 + (" (after the profile's patches)" if patches else ", no config patch for this engine"),
@@ -368,8 +368,8 @@ def check_model(ctx: Context, engine_args: dict[str, Any]) -> list[Problem]:
         if value is not None and value in check.get("reject", []):
             problems.append(
                 Problem(
-                    check="model-config",
-                    message=f"{ctx.engine} rejects {ctx.model_name}'s config.json: {check['error']}",
+                    "model-config",
+                    f"{ctx.engine} rejects {ctx.model_name}'s config.json: {check['error']}",
                     found=f"{check['path']} = {value!r}",
                     fix=f"add the patch under config_patches.{ctx.engine} in data/models/{ctx.model_name}.yml",
                 )
@@ -384,8 +384,8 @@ def check_model(ctx: Context, engine_args: dict[str, Any]) -> list[Problem]:
         if value is not None and known is not None and value not in known:
             problems.append(
                 Problem(
-                    check="engine-parser",
-                    message=f"{flag} {value} is not a parser of {ctx.engine} {ctx.version}",
+                    "engine-parser",
+                    f"{flag} {value} is not a parser of {ctx.engine} {ctx.version}",
                     found=value,
                     expected=" | ".join(known) or "(none: this release has no such parser)",
                     fix=f"drop {flag} for {ctx.engine} in the model profile or engine args",
@@ -449,8 +449,8 @@ def check_ports(ctx: Context, plans: list[HostPlan]) -> list[Problem]:
                 if port in seen:
                     problems.append(
                         Problem(
-                            check="ports",
-                            message=f"port {port} is used twice on {hp.host}: {seen[port]} and {what}",
+                            "ports",
+                            f"port {port} is used twice on {hp.host}: {seen[port]} and {what}",
                             found=f"{seen[port]}: {port}, {what}: {port}",
                             expected="one service per port",
                             fix=f"change one of the llmb_*_port variables ({_port_knobs(ctx)})",

@@ -9,6 +9,7 @@ from __future__ import annotations
 from llmb.planner import topology as shared
 from llmb.planner.capabilities import EngineCaps
 from llmb.planner.engines import common
+from llmb.planner.model import Service
 
 CAPS = EngineCaps(
     name="toyserve",
@@ -34,17 +35,12 @@ def services(ctx, topo, ea):
     plans = []
     for node in ctx.dep.nodes[: topo.nodes]:
         hp = common.host_plan(ctx, node, model_path)
-        svc = common.engine_service(
-            ctx,
-            name="llmb-toyserve",
-            role="api",
-            argv=[common.venv_bin(ctx, "toyserve"), "serve", model_path, *ea.argv()],
-            order=common.ORDER_FIRST,
-            env=common.merge_env(common.iface_env(ctx, topo, node), ctx.v.get("llmb_engine_env")),
-            devices=[],
-            mounts=[],
-            platform_defaults={},
+        argv = [common.venv_bin(ctx, "toyserve"), "serve", model_path, *ea.argv()]
+        env = common.merge_env(common.iface_env(ctx, topo, node), ctx.v.get("llmb_engine_env"))
+        svc = Service(
+            name="llmb-toyserve", kind="systemd", role="api", argv=argv, order=common.ORDER_FIRST, env=env
         )
+        svc = common.engine_service(ctx, svc, [], [], {})
         common.place_rank(ctx, topo, hp, svc, node, ea)
         plans.append(hp)
     return plans

@@ -224,32 +224,14 @@ def platform_bits(ctx: Context) -> tuple[dict[str, str], list[str], list[str], d
 
 
 def engine_service(
-    ctx: Context,
-    *,
-    name: str,
-    role: str,
-    argv: list[str],
-    order: int,
-    env: dict[str, str],
-    devices: list[str],
-    mounts: list[str],
-    platform_defaults: dict[str, Any],
+    ctx: Context, svc: Service, devices: list[str], mounts: list[str], platform_defaults: dict[str, Any]
 ) -> Service:
-    """The engine process: a container (llmb_install: container, named by llmb_container_name) or a unit."""
+    """The engine process svc: a unit, or with llmb_install: container a container named by
+    llmb_container_name (default svc.name) of the default image, with the platform's devices and mounts."""
     if ctx.v["llmb_install"] != "container":
-        return Service(name=name, kind="systemd", role=role, argv=argv, order=order, env=env)
-    return containers.make_container_service(
-        ctx,
-        name=str(ctx.v.get("llmb_container_name") or name),
-        role=role,
-        argv=argv,
-        order=order,
-        env=env,
-        image=containers.default_image(ctx),
-        devices=devices,
-        mounts=mounts,
-        platform_defaults=platform_defaults,
-    )
+        return svc
+    svc.name = str(ctx.v.get("llmb_container_name") or svc.name)
+    return containers.containerize(ctx, svc, containers.default_image(ctx), devices, mounts, platform_defaults)
 
 
 def place_rank(ctx: Context, topo: Topology, hp: HostPlan, svc: Service, node: Node, ea: EngineArgs) -> None:

@@ -9,7 +9,7 @@ from .. import topology as shared
 from ..capabilities import EngineCaps
 from ..context import Context
 from ..flags import EngineArgs
-from ..model import HostPlan, Problem
+from ..model import HostPlan, Problem, Service
 from ..topology import Sizes, Topology
 from . import common
 
@@ -72,17 +72,9 @@ def services(ctx: Context, topo: Topology, ea: EngineArgs) -> list[HostPlan]:
             common.iface_env(ctx, topo, node), penv if container else {}, v.get("llmb_engine_env")
         )
         is_head = node is ctx.dep.head
-        svc = common.engine_service(
-            ctx,
-            name="llmb-sglang",
-            role="sglang-rank",
-            argv=argv,
-            order=common.ORDER_FIRST if is_head else common.ORDER_SECOND,
-            env=env,
-            devices=pdevices,
-            mounts=pmounts + model_mounts,
-            platform_defaults=pcontainer,
-        )
+        order = common.ORDER_FIRST if is_head else common.ORDER_SECOND
+        svc = Service(name="llmb-sglang", kind="systemd", role="sglang-rank", argv=argv, order=order, env=env)
+        svc = common.engine_service(ctx, svc, pdevices, pmounts + model_mounts, pcontainer)
         common.place_rank(ctx, topo, hp, svc, node, ea)
         if is_head and multinode:
             svc.ports.append({"port": v["llmb_sglang_dist_port"], "purpose": "dist-init"})

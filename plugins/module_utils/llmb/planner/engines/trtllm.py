@@ -102,18 +102,9 @@ def services(ctx: Context, topo: Topology, ea: EngineArgs) -> list[HostPlan]:
         if multinode:
             mounts.append(f"{mesh}:{mesh}:ro")  # ssh_mesh stage: cluster key, pinned host keys, sshd_config
         # multinode: the container runs sshd and mpirun starts the ranks in it; else it serves the API
-        svc = containers.make_container_service(
-            ctx,
-            name=name,
-            role="sshd" if multinode else "api",
-            argv=sshd_argv(mesh) if multinode else serve_argv,
-            order=common.ORDER_FIRST,
-            env=env,
-            image=image,
-            devices=[],
-            mounts=mounts,
-            platform_defaults=dict(nvidia.TRTLLM_CONTAINER),
-        )
+        role, argv = ("sshd", sshd_argv(mesh)) if multinode else ("api", serve_argv)
+        svc = Service(name=name, kind="container", role=role, argv=argv, order=common.ORDER_FIRST, env=env)
+        svc = containers.containerize(ctx, svc, image, [], mounts, dict(nvidia.TRTLLM_CONTAINER))
         svc.config_files = [dict(config_file)]
         hp.services.append(svc)
         if not multinode:

@@ -153,17 +153,8 @@ def services(ctx: Context, topo: Topology, ea: EngineArgs) -> list[HostPlan]:
         else:
             role = "api"
             order = common.ORDER_API if topo.mode == "ray" else common.ORDER_FIRST
-        svc = common.engine_service(
-            ctx,
-            name="llmb-vllm",
-            role=role,
-            argv=argv,
-            order=order,
-            env=env,
-            devices=pdevices,
-            mounts=pmounts + model_mounts,
-            platform_defaults=pcontainer,
-        )
+        svc = Service(name="llmb-vllm", kind="systemd", role=role, argv=argv, order=order, env=env)
+        svc = common.engine_service(ctx, svc, pdevices, pmounts + model_mounts, pcontainer)
         common.place_rank(ctx, topo, hp, svc, node, ea)
         if is_head and topo.mode == "dp":
             svc.ports.append({"port": v["llmb_dp_rpc_port"], "purpose": "dp-rpc"})
