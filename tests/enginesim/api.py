@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from .runtime import Log, die
+from .runtime import Log, serve_in_thread
 
 
 @dataclass
@@ -270,18 +270,13 @@ class ApiServer:
                 lines.append(b"data: [DONE]\n\n")
                 self._send(200, b"".join(lines), "text/event-stream")
 
-        class Server(ThreadingHTTPServer):
-            allow_reuse_address = True
-            daemon_threads = True
-
-        try:
-            self.httpd = Server((host, port), Handler)
-        except OSError as exc:
-            die(
-                log,
-                f"OSError: [Errno {exc.errno}] error while attempting to bind on address ({host!r}, {port}): "
-                f"{exc.strerror}",
-                where="launcher.py:1",
-            )
+        self.httpd = serve_in_thread(
+            ThreadingHTTPServer,
+            (host, port),
+            Handler,
+            log,
+            lambda exc: f"OSError: [Errno {exc.errno}] error while attempting to bind on address "
+            f"({host!r}, {port}): {exc.strerror}",
+            "launcher.py:1",
+        )
         self.port = self.httpd.server_address[1]
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()

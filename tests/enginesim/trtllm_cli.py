@@ -21,9 +21,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     fs = flagset.load("trtllm")
     if argv[:1] != ["serve"]:
-        print("Usage: trtllm-serve [OPTIONS] COMMAND [ARGS]...\n", file=sys.stderr)
-        print(f"Error: No such command '{argv[0] if argv else ''}'.", file=sys.stderr)
-        return 2
+        usage = "Usage: trtllm-serve [OPTIONS] COMMAND [ARGS]...\n"
+        return flagset.usage_error(usage, f"Error: No such command '{argv[0] if argv else ''}'.")
     try:
         args, pos = flagset.parse(fs, argv[1:])
         if not pos:
