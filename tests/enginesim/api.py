@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from .runtime import Log, serve_in_thread
+from .runtime import Log, serve_in_thread, wait_for_signal
 
 
 @dataclass
@@ -275,8 +275,20 @@ class ApiServer:
             (host, port),
             Handler,
             log,
-            lambda exc: f"OSError: [Errno {exc.errno}] error while attempting to bind on address "
-            f"({host!r}, {port}): {exc.strerror}",
+            lambda exc: (
+                f"OSError: [Errno {exc.errno}] error while attempting to bind on address "
+                f"({host!r}, {port}): {exc.strerror}"
+            ),
             "launcher.py:1",
         )
         self.port = self.httpd.server_address[1]
+
+
+def serve_until_signal(cfg: ApiConfig, address: tuple[str, int], log: Log, process: str, ready_lines) -> int:
+    """Serve the API on address, log ready_lines(bound port) as the engine does once it is up, and
+    run until SIGTERM/SIGINT (the exit status of process)."""
+    server = ApiServer(cfg, address[0], address[1], log)
+    server.ready.set()
+    for line in ready_lines(server.port):
+        log.info(line)
+    return wait_for_signal(log, process)

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from . import flagset, runtime
-from .api import ApiConfig, ApiServer
+from .api import ApiConfig, serve_until_signal
 
 USAGE = "Usage: trtllm-serve serve [OPTIONS] MODEL\nTry 'trtllm-serve serve --help' for help.\n"
 
@@ -78,10 +78,10 @@ def main(argv: list[str] | None = None) -> int:
         faults=faults,
     )
     host = args.get("--host") or "localhost"
-    server = ApiServer(cfg, host, int(args.get("--port", 8000)), log)
-    server.ready.set()
-    log.info(f"Uvicorn running on http://{host}:{server.port}")
-    return runtime.wait_for_signal(log, "trtllm-serve")
+    address = (host, int(args.get("--port", 8000)))
+    return serve_until_signal(
+        cfg, address, log, "trtllm-serve", lambda port: [f"Uvicorn running on http://{host}:{port}"]
+    )
 
 
 def llmapi_launch(argv: list[str] | None = None) -> int:
