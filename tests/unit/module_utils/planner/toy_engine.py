@@ -34,9 +34,8 @@ def services(ctx, topo, ea):
     model_path, _ = common.model_paths(ctx)
     plans = []
     for node in ctx.dep.nodes[: topo.nodes]:
-        hp = common.host_plan(ctx, node, model_path)
         argv = [common.venv_bin(ctx, "toyserve"), "serve", model_path, *ea.argv()]
-        env = common.merge_env(common.iface_env(ctx, topo, node), ctx.v.get("llmb_engine_env"))
+        hp, env = common.node_plan(ctx, topo, node, model_path)
         svc = Service(
             name="llmb-toyserve", kind="systemd", role="api", argv=argv, order=common.ORDER_FIRST, env=env
         )

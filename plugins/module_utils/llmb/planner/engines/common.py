@@ -166,6 +166,14 @@ def api_block(ctx: Context, topo: Topology, node: Node, engine_args: dict[str, A
     }
 
 
+def node_plan(
+    ctx: Context, topo: Topology, node: Node, model_path: str, platform_env: dict[str, str] | None = None
+) -> tuple[HostPlan, dict[str, str]]:
+    """A node's plan and its engine environment: communicators, the platform's, llmb_engine_env."""
+    env = merge_env(iface_env(ctx, topo, node), platform_env, ctx.v.get("llmb_engine_env"))
+    return host_plan(ctx, node, model_path), env
+
+
 def host_plan(ctx: Context, node: Node, model_path: str) -> HostPlan:
     """A node's plan, with the weights it serves from model_path (the path the engine sees)."""
     hp = HostPlan(host=node.name, address=node.address, rank=node.rank)

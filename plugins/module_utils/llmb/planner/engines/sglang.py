@@ -63,14 +63,11 @@ def services(ctx: Context, topo: Topology, ea: EngineArgs) -> list[HostPlan]:
     )
     plans = []
     for node in ctx.dep.nodes[: topo.nodes]:
-        hp = common.host_plan(ctx, node, model_path)
         values = dict(ea.values)
         if multinode:
             values["--node-rank"] = node.rank
         argv = [*prefix, *ea.argv(values)]
-        env = common.merge_env(
-            common.iface_env(ctx, topo, node), penv if container else {}, v.get("llmb_engine_env")
-        )
+        hp, env = common.node_plan(ctx, topo, node, model_path, penv if container else {})
         is_head = node is ctx.dep.head
         order = common.ORDER_FIRST if is_head else common.ORDER_SECOND
         svc = Service(name="llmb-sglang", kind="systemd", role="sglang-rank", argv=argv, order=order, env=env)

@@ -96,8 +96,7 @@ def services(ctx: Context, topo: Topology, ea: EngineArgs) -> list[HostPlan]:
     mesh = mesh_dir(ctx)
     plans = []
     for node in nodes:
-        hp = common.host_plan(ctx, node, model_path)
-        env = common.merge_env(common.iface_env(ctx, topo, node), v.get("llmb_engine_env"))
+        hp, env = common.node_plan(ctx, topo, node, model_path)
         mounts = [*model_mounts, f"{cfg_dir}:{cfg_dir}:ro"]
         if multinode:
             mounts.append(f"{mesh}:{mesh}:ro")  # ssh_mesh stage: cluster key, pinned host keys, sshd_config

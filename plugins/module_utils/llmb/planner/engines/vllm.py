@@ -113,8 +113,7 @@ def services(ctx: Context, topo: Topology, ea: EngineArgs) -> list[HostPlan]:
     ray_fs = _ray_flagset(ctx.data) if topo.mode == "ray" else None
 
     for node in nodes:
-        hp = common.host_plan(ctx, node, model_path)
-        env = common.merge_env(common.iface_env(ctx, topo, node), penv, v.get("llmb_engine_env"))
+        hp, env = common.node_plan(ctx, topo, node, model_path, penv)
         values = dict(ea.values)
         is_head = node is head
         if topo.mode == "dp" and not is_head:
