@@ -74,6 +74,8 @@ def resolve(ctx: Context, engine: Any) -> Resolution:
     if sizes is None:
         return Resolution(engine.CAPS, None, None, problems)
     topo, problems = engine.topology(ctx, engine.CAPS, sizes)
+    if topo is not None and topo.mode not in engine.CAPS.modes:
+        raise ValueError(f"engine {engine.CAPS.name} resolved mode {topo.mode!r}, not one of {engine.CAPS.modes}")
     return Resolution(engine.CAPS, sizes, topo, problems)
 
 
