@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 
 ENV_DATA = "LLMB_ENGINESIM_DATA"
@@ -136,14 +137,9 @@ def parse(fs: dict, argv: list[str]) -> tuple[dict, list[str]]:
             raw: object = inline
             i += 1
         elif kind == "list":
-            j = i + 1
-            items = []
-            while j < len(argv) and not argv[j].startswith("-"):
-                items.append(argv[j])
-                j += 1
-            if not items:
+            raw, i = take_values(argv, i + 1)
+            if not raw:
                 raise UsageError(f"argument {name}: expected at least one argument")
-            raw, i = items, j
         elif kind == "optional":
             if i + 1 < len(argv) and not argv[i + 1].startswith("-"):
                 raw, i = argv[i + 1], i + 2
@@ -159,6 +155,21 @@ def parse(fs: dict, argv: list[str]) -> tuple[dict, list[str]]:
     if unknown:
         raise UsageError(f"unrecognized arguments: {' '.join(unknown)}")
     return values, positionals
+
+
+def usage_error(usage: str, error: str) -> int:
+    """Print a command's usage and error to stderr; the exit status of a usage error (2)."""
+    print(usage, file=sys.stderr)
+    print(error, file=sys.stderr)
+    return 2
+
+
+def take_values(argv: list[str], start: int) -> tuple[list[str], int]:
+    """The values of a list flag (nargs +): argv from start up to the next option, and the index after them."""
+    end = start
+    while end < len(argv) and not argv[end].startswith("-"):
+        end += 1
+    return argv[start:end], end
 
 
 def _numeric(tok: str) -> bool:

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 from llmb.planner import memory, plan_inventory
-from llmb.planner.core import ENGINE_PLANNERS
+from llmb.planner.engines import ENGINES
 from llmb.planner.model import PlanError
 from planner_helpers import REPO, load_inventory
 
@@ -30,7 +30,7 @@ def _plan(name: str, **overrides):
 
 def _estimate(planned) -> memory.MemoryFit:
     ctx, topo = planned.ctx, planned.topology
-    ea, _ = ENGINE_PLANNERS[ctx.engine].engine_args(ctx, topo)
+    ea, _ = ENGINES[ctx.engine].engine_args(ctx, topo)
     fit, problems, _ = memory.estimate(
         model_name=ctx.model_name,
         model=ctx.model,
