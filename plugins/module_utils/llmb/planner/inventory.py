@@ -469,6 +469,14 @@ def _bad_char(text: str) -> str | None:
     return None
 
 
+_CHAR_NAMES = {"\n": "line feed", "\r": "carriage return", "\t": "tab", "\x1b": "escape", "\x7f": "delete",
+               "\x00": "NUL", "\u2028": "line separator", "\u2029": "paragraph separator"}
+
+
+def _char_name(ch: str) -> str:
+    return f"{_CHAR_NAMES.get(ch, 'control character')}, U+{ord(ch):04X}"
+
+
 def _walk_strings(value: Any, where: str) -> list[tuple[str, str, Any]]:
     """(where, problem kind, offending value) for control characters and non-finite numbers, nested."""
     out: list[tuple[str, str, Any]] = []
@@ -543,7 +551,7 @@ def check_value(knob: Knob, value: Any) -> list[Problem]:
                 Problem(
                     check="characters",
                     message=f"{where} contains the control character {ch!r} "
-                    f"({unicodedata.name(ch, f'U+{ord(ch):04X}')}); a line break would start a new line in a "
+                    f"({_char_name(ch)}); a line break would start a new line in a "
                     "systemd unit, EnvironmentFile or shell command",
                     found=shown(bad),
                     expected="text without control characters (no newline, tab, carriage return, escape...)",
