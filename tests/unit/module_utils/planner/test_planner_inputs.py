@@ -78,6 +78,16 @@ def run(*args, env=None):
     )
 
 
+_SCRIPT = _load_script()
+
+
+def main(capsys, *args):
+    """scripts/launch-plan in-process (a subprocess costs seconds on a busy machine): (rc, out, err)."""
+    rc = _SCRIPT.main([str(a) for a in args])
+    captured = capsys.readouterr()
+    return rc, captured.out, captured.err
+
+
 @pytest.fixture
 def inv(tmp_path):
     target = tmp_path / "inv"
@@ -85,19 +95,30 @@ def inv(tmp_path):
     return target
 
 
-def test_yaml_error_in_group_vars_names_file_and_line(inv):
+def test_yaml_error_in_group_vars_names_file_and_line(inv, capsys):
     (inv / "group_vars" / "all" / "broken.yml").write_text("llmb_api_port: 8000\nllmb_engine_env: [a, b\n")
-    proc = run("-i", str(inv), "--check")
-    assert proc.returncode == 2, proc.stderr
-    assert "[yaml]" in proc.stderr and "group_vars/all/broken.yml:3" in proc.stderr
-    assert "Traceback" not in proc.stderr
+    rc, out, err = main(capsys, "-i", inv, "--check")
+    assert rc == 2, err
+    assert "[yaml]" in err and "group_vars/all/broken.yml:3" in err
 
 
-def test_yaml_error_in_hosts_is_not_no_hosts(inv):
+def test_yaml_error_in_hosts_is_not_no_hosts(inv, capsys):
     (inv / "hosts.yml").write_text("all:\n  children:\n    accel_nodes:\n      hosts:\n        a: {\n")
-    proc = run("-i", str(inv), "--check")
-    assert proc.returncode == 2, proc.stderr
-    assert "hosts.yml:6" in proc.stderr and "no hosts in group" not in proc.stderr
+    rc, out, err = main(capsys, "-i", inv, "--check")
+    assert rc == 2, err
+    assert "hosts.yml:6" in err and "no hosts in group" not in err
+
+
+def test_host_level_cluster_knob_is_refused_naming_the_host(inv, capsys):
+    hosts = inv / "hosts.yml"
+    doc = yaml.safe_load(hosts.read_text())
+    (name, entry), = doc["all"]["children"]["accel_nodes"]["hosts"].items()
+    (inv / "host_vars").mkdir()
+    (inv / "host_vars" / f"{name}.yml").write_text("llmb_api_port: 8001\n")
+    rc, out, err = main(capsys, "-i", inv, "--check")
+    assert rc == 2, err
+    assert f"[scope] (host {name}) llmb_api_port is set on host {name}" not in err  # one host: no host tag
+    assert f"llmb_api_port is set on host {name}" in err and "move llmb_api_port" in err
 
 
 def test_bad_input_exits_2_without_traceback(inv):
@@ -106,6 +127,7 @@ def test_bad_input_exits_2_without_traceback(inv):
     proc = run("-i", str(inv), "--format", "json")
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "did you mean llmb_tensor_parallel?" in proc.stderr
+    assert '"ok": false' in proc.stdout
 
 
 def test_internal_error_is_one_line_exit_1(monkeypatch, capsys):
@@ -120,8 +142,10 @@ def test_internal_error_is_one_line_exit_1(monkeypatch, capsys):
     assert err.count("\n") == 0 and "internal error: ZeroDivisionError" in err and "launch-plan:" in err
 
 
-def test_help_states_the_exit_statuses():
-    out = run("--help").stdout
+def test_help_states_the_exit_statuses(capsys):
+    with pytest.raises(SystemExit):
+        _SCRIPT.main(["--help"])
+    out = capsys.readouterr().out
     assert "2 the input has problems" in out and "1 an internal error" in out and "--vault-password-file" in out
 
 
@@ -130,37 +154,45 @@ def test_help_states_the_exit_statuses():
 VAULT = REPO / ".venv" / "bin" / "ansible-vault"
 
 
-@pytest.fixture
-def vaulted_inv(inv, tmp_path):
-    password = tmp_path / "vault-pass"
+@pytest.fixture(scope="module")
+def vault_texts(tmp_path_factory):
+    """Real `ansible-vault encrypt_string` output (the CLI, once): (password file, {name: text})."""
+    password = tmp_path_factory.mktemp("vault") / "vault-pass"
     password.write_text("s3cret-pass\n")
+    vault_exe = str(VAULT) if VAULT.exists() else "ansible-vault"
+    texts = {}
+    for name, secret in (("llmb_served_model_name", "kimi-k2-hidden-name"), ("weights_hf_token", "hf_tok")):
+        texts[name] = subprocess.run(
+            [vault_exe, "encrypt_string", "--vault-password-file", str(password), secret, "--name", name],
+            capture_output=True, text=True, check=True, timeout=60,
+        ).stdout
+        assert "!vault" in texts[name] and "$ANSIBLE_VAULT" in texts[name]
+    return password, texts
+
+
+@pytest.fixture
+def vaulted_inv(inv, vault_texts):
+    password, texts = vault_texts
     serve = inv / "group_vars" / "all" / "serve.yml"
     serve.write_text(serve.read_text().replace("llmb_served_model_name:", "# llmb_served_model_name:"))
-    vault_exe = str(VAULT) if VAULT.exists() else "ansible-vault"
-    out = subprocess.run(
-        [vault_exe, "encrypt_string", "--vault-password-file", str(password), "kimi-k2-hidden-name",
-         "--name", "llmb_served_model_name"],
-        capture_output=True, text=True, check=True, timeout=60,
-    ).stdout
-    assert "$ANSIBLE_VAULT" in out
-    (inv / "group_vars" / "all" / "vault.yml").write_text(out)
+    (inv / "group_vars" / "all" / "vault.yml").write_text(texts["llmb_served_model_name"])
     return inv, password
 
 
-def test_vaulted_value_without_secret_is_a_problem_never_shown(vaulted_inv):
+def test_vaulted_value_without_secret_is_a_problem_never_shown(vaulted_inv, capsys):
     inv, _ = vaulted_inv
-    proc = run("-i", str(inv), "--format", "json")
-    assert proc.returncode == 2, proc.stderr
-    assert "llmb_served_model_name is vaulted and no vault secret was given" in proc.stderr
-    assert "<vaulted>" in proc.stdout and "--vault-password-file" in proc.stderr
-    assert "kimi-k2-hidden-name" not in proc.stdout + proc.stderr and "Traceback" not in proc.stderr
+    rc, out, err = main(capsys, "-i", inv, "--format", "json")
+    assert rc == 2, err
+    assert "llmb_served_model_name is vaulted and no vault secret was given" in err
+    assert "<vaulted>" in out and "--vault-password-file" in err
+    assert "kimi-k2-hidden-name" not in out + err
 
 
-def test_vaulted_value_is_decrypted_with_the_password_file(vaulted_inv):
+def test_vaulted_value_is_decrypted_with_the_password_file(vaulted_inv, capsys):
     inv, password = vaulted_inv
-    proc = run("-i", str(inv), "--format", "json", "--vault-password-file", str(password))
-    assert proc.returncode == 0, proc.stderr
-    assert '"kimi-k2-hidden-name"' in proc.stdout
+    rc, out, err = main(capsys, "-i", inv, "--format", "json", "--vault-password-file", password)
+    assert rc == 0, err
+    assert '"kimi-k2-hidden-name"' in out
 
 
 def test_vault_password_file_from_the_environment(vaulted_inv):
@@ -169,27 +201,24 @@ def test_vault_password_file_from_the_environment(vaulted_inv):
     assert proc.returncode == 0 and proc.stdout.startswith("OK:"), proc.stderr
 
 
-def test_wrong_vault_password_names_the_variable(vaulted_inv, tmp_path):
+def test_wrong_vault_password_names_the_variable(vaulted_inv, tmp_path, capsys):
     inv, _ = vaulted_inv
     wrong = tmp_path / "wrong"
     wrong.write_text("nope\n")
-    proc = run("-i", str(inv), "--check", "--vault-password-file", str(wrong))
-    assert proc.returncode == 2
-    assert "llmb_served_model_name is vaulted and the vault secret given does not open it" in proc.stderr
+    rc, out, err = main(capsys, "-i", inv, "--check", "--vault-password-file", wrong)
+    assert rc == 2
+    assert "llmb_served_model_name is vaulted and the vault secret given does not open it" in err
 
 
-def test_vaulted_stage_secret_is_opaque_and_fine(inv, tmp_path):
-    password = tmp_path / "p"
-    password.write_text("x\n")
-    vault_exe = str(VAULT) if VAULT.exists() else "ansible-vault"
-    out = subprocess.run(
-        [vault_exe, "encrypt_string", "--vault-password-file", str(password), "hf_token_value",
-         "--name", "weights_hf_token"],
-        capture_output=True, text=True, check=True, timeout=60,
-    ).stdout
-    (inv / "group_vars" / "all" / "vault.yml").write_text(out)
-    proc = run("-i", str(inv), "--check")
-    assert proc.returncode == 0, proc.stderr
+def test_vaulted_stage_secret_is_opaque_and_fine(inv, vault_texts, capsys):
+    (inv / "group_vars" / "all" / "vault.yml").write_text(vault_texts[1]["weights_hf_token"])
+    rc, out, err = main(capsys, "-i", inv, "--check")
+    assert rc == 0, err
+
+
+def test_missing_vault_password_file_is_an_input_problem(inv, tmp_path, capsys):
+    rc, out, err = main(capsys, "-i", inv, "--check", "--vault-password-file", tmp_path / "absent")
+    assert rc == 2 and "[vault]" in err
 
 
 # property: the planner never crashes and never emits a control character ---------------------
