@@ -42,7 +42,7 @@ PRESETS_DIR_HINT = "data/presets/<name>.yml"
 STAGE_PREFIXES = ("weights_", "verify_", "ssh_mesh_", "engine_host_", "engine_image_", "bench_", "serve_")
 ROLES_DIR = Path(__file__).resolve().parents[4] / "roles"
 
-PARALLEL_MAX = 4096  # devices in one deployment, far above any rack
+PARALLEL_MAX = 65536  # devices in one deployment: 8,192 nodes of 8
 TIMEOUT_MAX = 7 * 86400
 VAULT_FIX = (
     "give the vault password: scripts/launch-plan --vault-password-file FILE (or --vault-id ID@FILE, "
@@ -783,6 +783,7 @@ def check_variables(
     known = known_variables(roles_dir)
     checked_stage = bool(stage_knobs(roles_dir))
     found: dict[tuple[str, str, str], tuple[Problem, list[str]]] = {}
+    memo: dict[tuple[str, type, Any], list[Problem]] = {}
 
     def add(problem: Problem, host: str) -> None:
         key = (problem.check, problem.message, str(problem.found))
@@ -814,7 +815,14 @@ def check_variables(
                 continue
             if value is None:
                 continue
-            for problem in check_value(knob, value):
+            if isinstance(value, (str, int, float)):  # group values repeat on every host: check once
+                memo_key = (key, type(value), value)
+                if memo_key not in memo:
+                    memo[memo_key] = check_value(knob, value)
+                value_problems = memo[memo_key]
+            else:
+                value_problems = check_value(knob, value)
+            for problem in value_problems:
                 add(problem, host)
         own = (host_set or {}).get(host) or ()
         for key in sorted(str(k) for k in own):

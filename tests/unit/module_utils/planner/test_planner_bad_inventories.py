@@ -416,7 +416,7 @@ INPUT_CASES = [
      "llmb_tensor_parallel"),
     ("tensor-parallel-negative", "h100", set_all(llmb_tensor_parallel=-8), "range", "is -8, out of range",
      "llmb_tensor_parallel"),
-    ("pipeline-parallel-zero", "h800", set_all(llmb_pipeline_parallel=0), "range", "from 1 to 4096",
+    ("pipeline-parallel-zero", "h800", set_all(llmb_pipeline_parallel=0), "range", "from 1 to 65536",
      "llmb_pipeline_parallel"),
     ("data-parallel-huge", "h800-dp-ep", set_all(llmb_data_parallel=10**12), "range", "out of range",
      "llmb_data_parallel"),
