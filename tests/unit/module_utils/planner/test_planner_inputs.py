@@ -9,7 +9,6 @@ import shutil
 import subprocess
 import sys
 import unicodedata
-from pathlib import Path
 
 import pytest
 import yaml
