@@ -189,6 +189,19 @@ class EngineArgs:
                     )
                 )
                 continue
+            known = self.fs.resolve(spelled)
+            if known is not None:  # the flag set has it: its value is checked (memory fit included)
+                self.problems.append(
+                    Problem(
+                        check="engine-flag-value",
+                        message=f"{spelled} is a flag of {self.fs.engine} {self.fs.version} ({known[0]}); "
+                        "llmb_engine_flags_unchecked is for flags the pinned flag set lacks",
+                        found=f"{spelled} in llmb_engine_flags_unchecked",
+                        expected="names of flags the pinned flag set lacks",
+                        fix=f"remove {spelled} from llmb_engine_flags_unchecked; give its value in llmb_engine_args",
+                    )
+                )
+                continue
             self.allow_unchecked.add(spelled)
 
     def _owned_spelling(self, spelled: str) -> str | None:
