@@ -278,3 +278,30 @@ def test_planner_returns_a_clean_plan_or_problems_naming_a_variable(name, mutati
                 assert _clean(token), (svc["name"], token)
             for k, v in svc["env"].items():
                 assert _clean(k) and _clean(v), (svc["name"], k, v)
+
+
+def test_filter_refuses_a_cluster_knob_set_on_one_host_through_ansible_hostvars(tmp_path):
+    """The preflight filter asks Ansible's inventory behind hostvars where a value was set."""
+    from ansible.inventory.manager import InventoryManager
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.vars.hostvars import HostVars
+    from ansible.vars.manager import VariableManager
+
+    inv = tmp_path / "inv"
+    shutil.copytree(REPO / "inventories" / "h800", inv)
+    (inv / "host_vars").mkdir()
+    (inv / "host_vars" / "gpu-h800-02.yml").write_text("llmb_head: gpu-h800-02\nweights_seed: gpu-h800-02\n")
+    sys.path.insert(0, str(REPO / "plugins" / "filter"))
+    try:
+        import llmb_plan
+    finally:
+        sys.path.pop(0)
+    loader = DataLoader()
+    manager = InventoryManager(loader=loader, sources=[str(inv)])
+    manager.restrict_to_hosts([manager.get_host("gpu-h800-01")])  # as a play does: the check sees every host
+    hostvars = HostVars(manager, VariableManager(loader=loader, inventory=manager), loader)
+    groups = {name: [h.name for h in g.get_hosts()] for name, g in manager.groups.items()}
+    problems = llmb_plan.llmb_plan_problems(hostvars, groups)
+    scoped = [p for p in problems if p["check"] == "scope"]
+    assert [p["host"] for p in scoped] == ["gpu-h800-02"], problems
+    assert "llmb_head is set on host gpu-h800-02" in scoped[0]["message"]  # weights_seed may be per host
