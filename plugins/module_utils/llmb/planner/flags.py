@@ -198,7 +198,8 @@ class EngineArgs:
                         "llmb_engine_flags_unchecked is for flags the pinned flag set lacks",
                         found=f"{spelled} in llmb_engine_flags_unchecked",
                         expected="names of flags the pinned flag set lacks",
-                        fix=f"remove {spelled} from llmb_engine_flags_unchecked; give its value in llmb_engine_args",
+                        fix=f"remove {spelled} from llmb_engine_flags_unchecked; "
+                        "give its value in llmb_engine_args",
                     )
                 )
                 continue
@@ -206,7 +207,8 @@ class EngineArgs:
 
     def _owned_spelling(self, spelled: str) -> str | None:
         """The planner-owned flag this spelling means (any alias, _ or -, renamed), else None."""
-        candidates = [spelled, "--" + spelled.lstrip("-").replace("_", "-"), "--" + spelled.lstrip("-").replace("-", "_")]
+        bare = spelled.lstrip("-")
+        candidates = [spelled, "--" + bare.replace("_", "-"), "--" + bare.replace("-", "_")]
         for cand in candidates:
             renamed = self.fs.rename_of(cand)
             if renamed and renamed[1].get("to"):

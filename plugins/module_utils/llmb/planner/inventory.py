@@ -350,7 +350,10 @@ FORMATS: dict[str, tuple[Any, str]] = {
         lambda v: bool(_NAME.match(v)) and ".." not in v,
         "a name of letters, digits, '.', '_' and '-' (a file name under data/)",
     ),
-    "version": (lambda v: bool(_VERSION.match(v)), "a release like 0.19.1 (letters, digits, '.', '+', '_', '-')"),
+    "version": (
+        lambda v: bool(_VERSION.match(v)),
+        "a release like 0.19.1 (letters, digits, '.', '+', '_', '-')",
+    ),
     "path": (
         is_path,
         "an absolute, normalized path (no '.' or '..' segments, no '//') of letters, digits and ._/+@%=,~-",
@@ -534,7 +537,8 @@ def check_value(knob: Knob, value: Any) -> list[Problem]:
             return [
                 Problem(
                     check="vault",
-                    message=f"{name} is vaulted and no vault secret was given; the planner needs its plain value",
+                    message=f"{name} is vaulted and no vault secret was given; "
+                    "the planner needs its plain value",
                     found="<vaulted>",
                     expected="a vault secret, or the value unencrypted",
                     fix=VAULT_FIX,
@@ -678,7 +682,11 @@ def _check_item(where: str, kind: str, item: Any) -> list[Problem]:
                 found=f"{shown(item)} ({type_name(item)})",
                 expected=_article(kind),
                 fix=f"write {where} as {_article(kind)}"
-                + (" (one argv token; a list or mapping would reach argv as Python text)" if kind == "scalar" else ""),
+                + (
+                    " (one argv token; a list or mapping would reach argv as Python text)"
+                    if kind == "scalar"
+                    else ""
+                ),
             )
         ]
     return []
@@ -752,7 +760,10 @@ def _unknown(name: str, known: dict[str, Knob]) -> Problem:
     if close:
         fix = f"did you mean {close[0]}? ({known[close[0]].doc})"
     else:
-        fix = "remove it (the known names are listed in docs/launch-plan.md and the roles' meta/argument_specs.yml)"
+        fix = (
+            "remove it (the known names are listed in docs/launch-plan.md and the roles' "
+            "meta/argument_specs.yml)"
+        )
     return Problem(
         check="unknown-variable",
         message=f"{name} is not a variable of llm-bringup; it would be ignored without a word",
