@@ -277,6 +277,8 @@ TOOLKIT_KNOBS: tuple[Knob, ...] = (
          needs_plain=False),
     Knob("llmb_sim_profile", "str", None, "scripts/sim-cluster: the simulated platform", stage="run",
          needs_plain=False),
+    Knob("llmb_recover_host", "str", None, "playbooks/recover.yml: the node to rebuild (-e)", stage="run",
+         needs_plain=False),
 )
 
 

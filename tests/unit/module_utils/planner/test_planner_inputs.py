@@ -305,3 +305,21 @@ def test_filter_refuses_a_cluster_knob_set_on_one_host_through_ansible_hostvars(
     scoped = [p for p in problems if p["check"] == "scope"]
     assert [p["host"] for p in scoped] == ["gpu-h800-02"], problems
     assert "llmb_head is set on host gpu-h800-02" in scoped[0]["message"]  # weights_seed may be per host
+
+
+def test_every_llmb_variable_the_toolkit_uses_is_known():
+    """Names playbooks, scripts and docs set (-e, set_fact, generated inventories) are not 'unknown'."""
+    import re
+
+    known = known_variables()
+    used = set()
+    for folder in ("playbooks", "scripts", "roles", "docs", "inventories"):
+        for path in (REPO / folder).rglob("*"):
+            if path.is_file() and path.suffix in ("", ".yml", ".md", ".py"):
+                text = path.read_text(errors="replace")
+                used |= set(re.findall(r"(?:-e |set_fact:\s*\n\s*|\"|^\s*)(llmb_[a-z0-9_]+)(?:=|\"\s*:|:\s)", text, re.M))
+    modules = {p.stem for p in (REPO / "plugins").rglob("llmb_*.py")}
+    filters = set(re.findall(r"\"(llmb_[a-z0-9_]+)\":", "".join(
+        p.read_text() for p in (REPO / "plugins" / "filter").glob("*.py"))))
+    unknown = sorted(used - set(known) - modules - filters)
+    assert not unknown, unknown
