@@ -4,6 +4,10 @@ plan: "{{ hostvars | llmb_launch_plan(groups) }}"          # list of host plans 
 mine: "{{ plan | llmb_host_plan(inventory_hostname) }}"     # this host's entry
 problems: "{{ hostvars | llmb_plan_problems(groups) }}"    # [] or list of problem dicts
 report: "{{ problems | llmb_plan_report }}"                 # multi-line text for fail_msg
+
+Cluster-wide llmb_* variables set on one host are refused: which names a host sets itself (its
+hosts.yml entry or host_vars/) is asked of Ansible's inventory behind ``hostvars`` (the same host
+and vars-plugin data scripts/launch-plan merges).
 """
 
 from __future__ import annotations
@@ -18,19 +22,43 @@ if _MODULE_UTILS not in sys.path:
     sys.path.insert(0, _MODULE_UTILS)
 
 from llmb.planner import PlanError, Problem, check, plan  # noqa: E402
+from llmb.planner.inventory import is_checked_name  # noqa: E402
+
+
+def host_set_of(hostvars) -> dict[str, list[str]] | None:
+    """Per host, the llmb_* / stage variable names set on the host itself (None: cannot tell)."""
+    inventory = getattr(hostvars, "_inventory", None)
+    loader = getattr(hostvars, "_loader", None)
+    if inventory is None or loader is None:
+        return None
+    from ansible.vars.plugins import get_vars_from_inventory_sources
+
+    sources = [s for s in getattr(inventory, "_sources", []) if s]
+    out: dict[str, list[str]] = {}
+    for host in dict(inventory.hosts).values():  # not get_hosts(): a play restricts that to its hosts
+        own = set(host.get_vars())
+        for stage in ("inventory", "task"):
+            own |= set(get_vars_from_inventory_sources(loader, sources, [host], stage))
+        out[host.name] = sorted(str(k) for k in own if is_checked_name(str(k)))
+    return out
 
 
 def llmb_launch_plan(hostvars, groups, data_dir=None):
     """The launch plan of the inventory; fails with every problem listed when it has any."""
     try:
-        return plan(hostvars, dict(groups), data_dir)
+        return plan(hostvars, dict(groups), data_dir, host_set=host_set_of(hostvars))
     except PlanError as err:
         raise AnsibleFilterError(err.report()) from None
 
 
 def llmb_plan_problems(hostvars, groups, data_dir=None):
     """Problems of the inventory as dicts (check, message, found, expected, fix, host); [] when fine."""
-    return [p.to_dict() for p in check(hostvars, dict(groups), data_dir)]
+    problems = check(hostvars, dict(groups), data_dir, host_set=host_set_of(hostvars))
+    return [{**p.to_dict(), "found": _jsonable(p.found)} for p in problems]
+
+
+def _jsonable(value):
+    return value if value is None or isinstance(value, (str, int, float, bool)) else str(value)
 
 
 def llmb_plan_report(problems):

@@ -35,19 +35,26 @@ class Planned:
         return list(dict.fromkeys(self.ctx.notes))
 
 
-def check(hostvars: Any, groups: dict[str, Any], data_dir: str | None = None) -> list[Problem]:
+def check(
+    hostvars: Any, groups: dict[str, Any], data_dir: str | None = None, host_set: dict | None = None
+) -> list[Problem]:
     """Every problem of the inventory (empty when it can be planned)."""
     try:
-        plan_inventory(hostvars, groups, data_dir)
+        plan_inventory(hostvars, groups, data_dir, host_set=host_set)
     except PlanError as err:
         return err.problems
     return []
 
 
 def plan_inventory(
-    hostvars: Any, groups: dict[str, Any], data_dir: str | None = None, source: str = "inventory"
+    hostvars: Any,
+    groups: dict[str, Any],
+    data_dir: str | None = None,
+    source: str = "inventory",
+    host_set: dict | None = None,
 ) -> Planned:
-    dep, problems = read_deployment(hostvars, groups)
+    """host_set: per host, the names set on the host itself (see inventory.py)."""
+    dep, problems = read_deployment(hostvars, groups, host_set)
     if dep is None or problems:
         raise PlanError(problems, source)
     ctx, problems = resolve(dep, Catalog(data_dir))
@@ -72,6 +79,8 @@ def plan_inventory(
     return Planned(ctx, topo, hosts)
 
 
-def plan(hostvars: Any, groups: dict[str, Any], data_dir: str | None = None) -> list[dict[str, Any]]:
+def plan(
+    hostvars: Any, groups: dict[str, Any], data_dir: str | None = None, host_set: dict | None = None
+) -> list[dict[str, Any]]:
     """The launch plan as the JSON-ready list the serve role consumes."""
-    return plan_inventory(hostvars, groups, data_dir).to_list()
+    return plan_inventory(hostvars, groups, data_dir, host_set=host_set).to_list()

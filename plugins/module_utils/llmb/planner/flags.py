@@ -11,6 +11,7 @@ A flag set is one data/engines/<engine>-<version>.yml. The planner uses it to
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +21,15 @@ if TYPE_CHECKING:
     from ..catalog import Catalog
 
 VALUE_TYPES = {"int", "float", "str", "json", "choice", "list", "optional"}
+
+
+def _fraction_flag(engine: str) -> str | None:
+    """The flag whose value is a fraction of device memory (finite, in (0, 1]): the engine's
+    capabilities record says which (engines/<engine>.py CAPS.memory_fraction_flag)."""
+    from .engines import ENGINES  # the engine modules import this module
+
+    module = ENGINES.get(engine)
+    return module.CAPS.memory_fraction_flag if module is not None else None
 NO_VALUE_TYPES = {"flag", "bool"}
 
 
@@ -164,9 +174,60 @@ class EngineArgs:
         self.values: dict[str, Any] = {}
         self.origin: dict[str, str] = {}
         self.unchecked: dict[str, Any] = {}  # raw spelling -> value, passed through verbatim
-        self.allow_unchecked = {u if u.startswith("-") else "--" + u for u in (unchecked or [])}
         self.problems: list[Problem] = []
         self.notes: list[str] = []
+        self.allow_unchecked: set[str] = set()
+        for raw in unchecked or []:
+            spelled = str(raw) if str(raw).startswith("-") else "--" + str(raw)
+            owned = self._owned_spelling(spelled.partition("=")[0])
+            if owned is not None or "=" in spelled:
+                self.problems.append(
+                    Problem(
+                        check="engine-flag-owned" if owned else "engine-flag-value",
+                        message=f"{spelled} may not be given in llmb_engine_flags_unchecked: "
+                        + (
+                            f"it is {owned}, which the planner sets from the inventory"
+                            if owned
+                            else "it holds a name, not a value"
+                        ),
+                        found=f"{spelled} in llmb_engine_flags_unchecked",
+                        expected="names of flags the pinned flag set lacks",
+                        fix=f"remove it and set {_owner(owned)} instead"
+                        if owned
+                        else f"list {spelled.partition('=')[0]} and give its value in llmb_engine_args",
+                    )
+                )
+                continue
+            known = self.fs.resolve(spelled)
+            if known is not None:  # the flag set has it: its value is checked (memory fit included)
+                self.problems.append(
+                    Problem(
+                        check="engine-flag-value",
+                        message=f"{spelled} is a flag of {self.fs.engine} {self.fs.version} ({known[0]}); "
+                        "llmb_engine_flags_unchecked is for flags the pinned flag set lacks",
+                        found=f"{spelled} in llmb_engine_flags_unchecked",
+                        expected="names of flags the pinned flag set lacks",
+                        fix=f"remove {spelled} from llmb_engine_flags_unchecked; "
+                        "give its value in llmb_engine_args",
+                    )
+                )
+                continue
+            self.allow_unchecked.add(spelled)
+
+    def _owned_spelling(self, spelled: str) -> str | None:
+        """The planner-owned flag this spelling means (any alias, _ or -, renamed), else None."""
+        bare = spelled.lstrip("-")
+        candidates = [spelled, "--" + bare.replace("_", "-"), "--" + bare.replace("-", "_")]
+        for cand in candidates:
+            renamed = self.fs.rename_of(cand)
+            if renamed and renamed[1].get("to"):
+                cand = renamed[1]["to"]
+            resolved = self.fs.resolve(cand)
+            if resolved and resolved[0] in self.fs.planner_owned:
+                return resolved[0]
+            if cand in self.fs.planner_owned:
+                return cand
+        return None
 
     def set(self, canon: str, value: Any, origin: str) -> None:
         if canon not in self.fs.flags:
@@ -217,6 +278,19 @@ class EngineArgs:
             )
             spelled = target
         if spelled in self.allow_unchecked:
+            if isinstance(value, dict) or (
+                isinstance(value, (list, tuple)) and any(isinstance(v, (list, tuple, dict)) for v in value)
+            ):
+                self.problems.append(
+                    Problem(
+                        check="engine-flag-value",
+                        message=f"{spelled} (unchecked) needs a scalar value or a list of scalars",
+                        found=f"{spelled}={value!r} in {origin}",
+                        expected="a string, a number, true/false or a list of them",
+                        fix=f"give {spelled[2:]} one value (JSON text for structured values)",
+                    )
+                )
+                return
             self.unchecked[spelled] = value
             self.notes.append(f"{spelled} ({origin}) passed through unchecked (llmb_engine_flags_unchecked)")
             return
@@ -239,6 +313,20 @@ class EngineArgs:
             return
         kind = self.fs.flags[canon]["type"]
         if negated:
+            if value is False:
+                said = token if token.startswith("-") else "--" + token
+                self.problems.append(
+                    Problem(
+                        check="engine-flag-value",
+                        message=f"{said}: false is a double negation; {spelled} turns {canon} off "
+                        f"and takes no value",
+                        found=f"{said}=false in {origin}",
+                        expected=f"{canon[2:]}: true or {canon[2:]}: false",
+                        fix=f"to turn it on write {canon[2:]}: true (renders {canon}); to turn it off write "
+                        f"{canon[2:]}: false (renders {spelled})",
+                    )
+                )
+                return
             if value not in (True, None):
                 self.problems.append(
                     Problem(
@@ -349,6 +437,16 @@ def _check_value(fs: FlagSet, canon: str, value: Any, origin: str) -> Problem | 
     bad = None
     if value is None and kind != "optional":
         bad = "a value"
+    elif isinstance(value, dict) and kind != "json":
+        bad = "one value, not a mapping"
+    elif isinstance(value, (list, tuple)) and kind not in ("list", "json"):
+        bad = "one value, not a list (a list would reach argv as Python text)"
+    elif kind == "list" and any(isinstance(v, (list, tuple, dict)) or v is None for v in (
+        value if isinstance(value, (list, tuple)) else [value]
+    )):
+        bad = "a list of single values (strings or numbers)"
+    elif isinstance(value, bool) and kind not in ("json",):
+        bad = "a value, not true/false"
     elif kind == "int":
         try:
             int(str(value))
@@ -356,13 +454,16 @@ def _check_value(fs: FlagSet, canon: str, value: Any, origin: str) -> Problem | 
             bad = "an integer"
     elif kind == "float":
         try:
-            float(str(value))
+            number = float(str(value))
         except ValueError:
             bad = "a number"
+        else:
+            if not math.isfinite(number):
+                bad = "a finite number"
+            elif canon == _fraction_flag(fs.engine) and not 0 < number <= 1:
+                bad = "a fraction of device memory greater than 0 and at most 1"
     elif kind == "choice" and str(value) not in spec.get("choices", []):
         bad = f"one of {spec.get('choices')}"
-    if isinstance(value, bool) and kind not in ("json",):
-        bad = bad or "a value, not true/false"
     if bad is None:
         return None
     return Problem(
@@ -372,6 +473,12 @@ def _check_value(fs: FlagSet, canon: str, value: Any, origin: str) -> Problem | 
         expected=bad,
         fix=f"give {canon[2:]} {bad}",
     )
+
+
+def _owner(canon: str | None) -> str:
+    from .engines.common import OWNER_HINT  # the planner-owned flags' variables, kept with the engines
+
+    return OWNER_HINT.get(canon or "", "the matching llmb_* variable")
 
 
 def _suggest(fs: FlagSet, token: str) -> str:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import toy_engine
-from llmb.planner import PlanError, engines, inventory, plan_inventory
+from llmb.planner import PlanError, engines, plan_inventory
 from llmb.planner.capabilities import MODES, EngineCaps
 from planner_helpers import REPO, load_inventory
 
@@ -72,15 +72,11 @@ def test_shared_planner_code_names_no_engine():
 
 @pytest.fixture
 def toyserve(tmp_path, monkeypatch):
-    """toy_engine registered, its flag set in a copy of data/, llmb_engine accepting it."""
+    """toy_engine registered and its flag set in a copy of data/: llmb_engine accepts it (its
+    values are the registry's)."""
     data = tmp_path / "data"
     shutil.copytree(REPO / "data", data)
     (data / "engines" / "toyserve-1.0.yml").write_text("# toyserve flag set\n" + json.dumps(TOY_FLAGSET))
-    knobs = tuple(
-        dataclasses.replace(k, choices=(*k.choices, "toyserve")) if k.name == "llmb_engine" else k
-        for k in inventory.KNOBS
-    )
-    monkeypatch.setattr(inventory, "KNOBS", knobs)
     monkeypatch.setitem(engines.ENGINES, "toyserve", toy_engine)
     return data
 
