@@ -5,6 +5,7 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
+from ...layout import engine_venv
 from ..context import Context
 from ..flags import EngineArgs
 from ..inventory import Node
@@ -260,8 +261,7 @@ def default_image(ctx: Context) -> str | None:
 
 
 def venv_bin(ctx: Context, exe: str) -> str:
-    venv = ctx.v.get("llmb_engine_venv") or f"/opt/llmb/venvs/{ctx.engine}-{ctx.version}"
-    return f"{str(venv).rstrip('/')}/bin/{exe}"
+    return f"{engine_venv(ctx.engine, ctx.version, ctx.v.get('llmb_engine_venv'))}/bin/{exe}"
 
 
 def health_block(ctx: Context, node: Node) -> dict[str, Any]:
