@@ -37,7 +37,7 @@ import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from . import layout
 from .planner import PlanError, plan_inventory
@@ -105,7 +105,7 @@ def validate_run_id(run_id: str) -> str:
     return rid
 
 
-def _pins(shared: Any, model_revision: Optional[str], image_ref: Optional[str]) -> dict[str, Any]:
+def _pins(shared: Any, model_revision: str | None, image_ref: str | None) -> dict[str, Any]:
     """PINS HOOK (llmb.pins replaces this): the model commit and the image digest/id from the inventory.
 
     model commit: weights_revision, else the model profile's revision.
@@ -122,7 +122,7 @@ def _pins(shared: Any, model_revision: Optional[str], image_ref: Optional[str]) 
     }
 
 
-def _engine_channel(vendor: Optional[str]) -> str:
+def _engine_channel(vendor: str | None) -> str:
     """Index channel of a host install: the recipes' ROCm index on AMD, the stable one elsewhere."""
     return "rocm" if vendor == "amd" else "stable"
 
@@ -130,9 +130,9 @@ def _engine_channel(vendor: Optional[str]) -> str:
 def resolve(
     hostvars: Any,
     groups: dict[str, Any],
-    run_id: Optional[str] = None,
-    artifacts_dir: Optional[str] = None,
-    data_dir: Optional[str] = None,
+    run_id: str | None = None,
+    artifacts_dir: str | None = None,
+    data_dir: str | None = None,
 ) -> dict[str, Any]:
     """The deployment document of an inventory (pure: no file is written, no host contacted)."""
     groups = {str(k): list(v or []) for k, v in dict(groups).items()}

@@ -10,7 +10,7 @@ Runs on the controller only (no node imports it), stdlib only.
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 ETC_DIR = "/etc/llmb"
 OPT_DIR = "/opt/llmb"
@@ -19,13 +19,13 @@ RUN_DIR = "/run/llmb"
 SSH_MESH_DIR = ETC_DIR + "/ssh-mesh"
 
 
-def engine_venv(engine: str, version: str, override: Optional[Any] = None) -> str:
+def engine_venv(engine: str, version: str, override: Any | None = None) -> str:
     """Engine venv of a host install: llmb_engine_venv when set, else /opt/llmb/venvs/<engine>-<version>."""
     venv = override or f"{OPT_DIR}/venvs/{engine}-{version}"
     return str(venv).rstrip("/")
 
 
-def node_dirs(ssh_mesh: Optional[Any] = None, config: Optional[Any] = None) -> dict[str, str]:
+def node_dirs(ssh_mesh: Any | None = None, config: Any | None = None) -> dict[str, str]:
     """The layout as the deployment document states it (ssh_mesh and config may be moved by the inventory)."""
     return {
         "etc": ETC_DIR,
