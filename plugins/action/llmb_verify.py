@@ -18,6 +18,7 @@ _MU = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "module_uti
 if _MU not in sys.path:
     sys.path.insert(0, _MU)
 
+from llmb import results  # noqa: E402
 from llmb import verify as V  # noqa: E402
 from llmb.hw.facts import build_facts  # noqa: E402
 from llmb.hw.probes import write_bundle  # noqa: E402
@@ -98,8 +99,8 @@ class ActionModule(ActionBase):
             "driver_version": facts.get("driver_version"),
             "facts": facts,
         })
-        path = os.path.join(args["artifacts_dir"], "verify", f"{host}.json")
-        V.write_json(path, summary)
+        path = results.result_path(args["artifacts_dir"], "verify", host)
+        results.write_json(path, summary)
         failed = [c for c in checks if not c["ok"]]
         out.update({
             "ok": summary["ok"],

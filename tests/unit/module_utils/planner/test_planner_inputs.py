@@ -293,7 +293,7 @@ def test_filter_refuses_a_cluster_knob_set_on_one_host_through_ansible_hostvars(
     (inv / "host_vars" / "gpu-h800-02.yml").write_text("llmb_head: gpu-h800-02\nweights_seed: gpu-h800-02\n")
     sys.path.insert(0, str(REPO / "plugins" / "filter"))
     try:
-        import llmb_plan
+        import llmb_deployment as llmb_plan
     finally:
         sys.path.pop(0)
     loader = DataLoader()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ...layout import engine_venv
 from .. import containers
 from ..context import Context
 from ..flags import EngineArgs
@@ -135,8 +136,7 @@ def model_paths(ctx: Context) -> tuple[str, list[str]]:
 
 
 def venv_bin(ctx: Context, exe: str) -> str:
-    venv = ctx.v.get("llmb_engine_venv") or f"/opt/llmb/venvs/{ctx.engine}-{ctx.version}"
-    return f"{str(venv).rstrip('/')}/bin/{exe}"
+    return f"{engine_venv(ctx.engine, ctx.version, ctx.v.get('llmb_engine_venv'))}/bin/{exe}"
 
 
 def health_block(ctx: Context, node: Node) -> dict[str, Any]:

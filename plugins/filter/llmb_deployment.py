@@ -1,13 +1,13 @@
-"""Filters exposing the launch planner to playbooks (controller side).
+"""Filters exposing the deployment resolver (plugins/module_utils/llmb/deployment.py) and the
+launch planner to stage 0 (controller side).
 
+doc:  "{{ hostvars | llmb_deployment(groups, run_id, artifacts_dir) }}"   # the whole document
+text: "{{ doc | llmb_deployment_json }}"                                  # deployment.json's bytes
+mine: "{{ doc | llmb_deployment_host(inventory_hostname) }}"              # shared sections + this host
 plan: "{{ hostvars | llmb_launch_plan(groups) }}"          # list of host plans (the contract)
 mine: "{{ plan | llmb_host_plan(inventory_hostname) }}"     # this host's entry
 problems: "{{ hostvars | llmb_plan_problems(groups) }}"    # [] or list of problem dicts
 report: "{{ problems | llmb_plan_report }}"                 # multi-line text for fail_msg
-
-Cluster-wide llmb_* variables set on one host are refused: which names a host sets itself (its
-hosts.yml entry or host_vars/) is asked of Ansible's inventory behind ``hostvars`` (the same host
-and vars-plugin data scripts/launch-plan merges).
 """
 
 from __future__ import annotations
@@ -21,8 +21,43 @@ _MODULE_UTILS = str(Path(__file__).resolve().parents[1] / "module_utils")
 if _MODULE_UTILS not in sys.path:
     sys.path.insert(0, _MODULE_UTILS)
 
+from llmb.deployment import DeploymentError, dumps, host_view, pin, resolve, validate_run_id  # noqa: E402
 from llmb.planner import PlanError, Problem, check, plan  # noqa: E402
 from llmb.planner.inventory import is_checked_name  # noqa: E402
+
+
+def llmb_deployment(
+    hostvars, groups, run_id=None, artifacts_dir=None, data_dir=None, inventory_dir=None, check_mode=False
+):
+    """The deployment document of the inventory (planned: false and problems when it cannot be planned).
+
+    inventory_dir: where llmb.lock.json keeps the pins; given, the model commit and the image digests
+    are resolved (hub, registry) and locked there (not written in check mode)."""
+    try:
+        rid = validate_run_id(run_id) if run_id is not None else None
+    except DeploymentError as err:
+        raise AnsibleFilterError(str(err)) from None
+    doc = resolve(
+        hostvars,
+        dict(groups),
+        rid,
+        str(artifacts_dir) if artifacts_dir else None,
+        data_dir,
+        host_set=host_set_of(hostvars),
+    )
+    if inventory_dir:
+        doc = pin(doc, hostvars, dict(groups), str(inventory_dir), write=not check_mode)
+    return doc
+
+
+def llmb_deployment_json(doc):
+    """The document as deployment.json holds it."""
+    return dumps(dict(doc))
+
+
+def llmb_deployment_host(doc, host):
+    """One host's view: every shared section, and `host` = its own entry (address, rank, patches, plan)."""
+    return host_view(dict(doc), str(host))
 
 
 def host_set_of(hostvars) -> dict[str, list[str]] | None:
@@ -83,6 +118,9 @@ def llmb_host_plan(plan_list, host):
 class FilterModule:
     def filters(self):
         return {
+            "llmb_deployment": llmb_deployment,
+            "llmb_deployment_json": llmb_deployment_json,
+            "llmb_deployment_host": llmb_deployment_host,
             "llmb_launch_plan": llmb_launch_plan,
             "llmb_plan_problems": llmb_plan_problems,
             "llmb_plan_report": llmb_plan_report,
