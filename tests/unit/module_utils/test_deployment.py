@@ -256,3 +256,28 @@ def test_stage_0_pins_what_the_inventory_states_without_network(tmp_path):
     assert doc["pins"]["resolved"] and not doc["pins"]["problems"]
     assert doc["model"]["commit"] == "c" * 40
     assert doc["engine"]["image"]["digest"] == "sha256:" + "a" * 64
+
+
+def test_every_stage_playbook_imports_stage_0_first():
+    """One run-id mechanism: each playbook run alone names its run from LLMB_RUN_ID through _run.yml."""
+    import yaml
+
+    for path in sorted((REPO / "playbooks").glob("*.yml")):
+        if path.name == "_run.yml":
+            continue
+        plays = yaml.safe_load(path.read_text())
+        first = plays[0]
+        assert first.get("ansible.builtin.import_playbook") == "_run.yml", path.name
+
+
+def test_llmb_run_id_names_the_run_of_verify_run_alone(tmp_path):
+    """verify.yml alone (the ad-hoc localhost form): results land under artifacts/<LLMB_RUN_ID>/."""
+    env = dict(os.environ, LLMB_RUN_ID="unit-run-id", LLMB_ARTIFACTS_DIR=str(tmp_path / "run"))
+    proc = subprocess.run(
+        [str(Path(sys.executable).parent / "ansible-playbook"), "playbooks/verify.yml", "-i", "localhost,",
+         "-c", "local", "-e", "llmb_platform=h100-x1"],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
+    )
+    result = json.loads((tmp_path / "run" / "verify" / "localhost.json").read_text())
+    assert result["run_id"] == "unit-run-id", proc.stdout[-2000:]
+    assert json.loads((tmp_path / "run" / "deployment.json").read_text())["run"]["id"] == "unit-run-id"
