@@ -295,6 +295,8 @@ TOOLKIT_KNOBS: tuple[Knob, ...] = (
     Knob("engine_image_pins", "dict", {}, "stage 0: image -> {digest, id} pinned by the site (no registry "
          "asked); else the tag is resolved at the registry and locked in llmb.lock.json", stage="run",
          needs_plain=False),
+    Knob("llmb_accel", "dict", None, "fact: the verify stage's accelerator facts (kept in the fact cache)",
+         stage="run", needs_plain=False),
     Knob("llmb_stage_needs_plan", "str", None, "playbooks/_run.yml: the stage that needs the launch plan",
          stage="run", needs_plain=False),
     Knob("llmb_deployment_doc", "dict", None, "playbooks/_run.yml: the resolved deployment document (fact)",

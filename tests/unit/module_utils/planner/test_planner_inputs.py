@@ -323,3 +323,13 @@ def test_every_llmb_variable_the_toolkit_uses_is_known():
         p.read_text() for p in (REPO / "plugins" / "filter").glob("*.py"))))
     unknown = sorted(used - set(known) - modules - filters)
     assert not unknown, unknown
+
+
+def test_facts_the_toolkit_caches_are_not_unknown_variables():
+    """The verify stage's llmb_accel fact comes back from the fact cache in hostvars on the next run."""
+    from llmb.planner import plan_inventory
+
+    hv, groups = load_inventory("sim")
+    for host in hv.values():
+        host["llmb_accel"] = {"vendor": "nvidia", "devices": 8}
+    assert plan_inventory(hv, groups).to_list()
