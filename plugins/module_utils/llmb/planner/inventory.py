@@ -543,6 +543,30 @@ def _type_ok(kind: str, value: Any) -> bool:
     return isinstance(value, str)
 
 
+_TRUE = ("true", "yes", "on", "y", "t", "1")
+_FALSE = ("false", "no", "off", "n", "f", "0")
+
+
+def _role_coerce(kind: str, value: Any) -> Any:
+    """A stage variable's string as its role's argument_spec takes it: Ansible converts '20' to an
+    int, '0.5' to a float and 'yes' to a bool (what `-e key=value` always gives); anything else is
+    left for the type check to refuse."""
+    if not isinstance(value, str):
+        return value
+    text = value.strip()
+    if kind == "int" and re.fullmatch(r"[-+]?[0-9]+", text):
+        return int(text)
+    if kind == "float":
+        try:
+            number = float(text)
+        except ValueError:
+            return value
+        return number if math.isfinite(number) else value
+    if kind == "bool" and text.lower() in _TRUE + _FALSE:
+        return text.lower() in _TRUE
+    return value
+
+
 def check_value(knob: Knob, value: Any) -> list[Problem]:
     """Every problem of one plain value of one variable (type, finiteness, range, choices, format)."""
     name = knob.name
@@ -598,6 +622,8 @@ def check_value(knob: Knob, value: Any) -> list[Problem]:
             )
     if problems:
         return problems
+    if not name.startswith("llmb_"):  # a role's variable (roles/*/meta/argument_specs.yml)
+        value = _role_coerce(knob.type, value)
     if not _type_ok(knob.type, value):
         hint = ""
         if knob.type in ("int", "float") and isinstance(value, str):

@@ -496,7 +496,7 @@ INPUT_CASES = [
     ("stage-choice", "h100", set_all(weights_strategy="torrent"), "choice", "shared | each | relay",
      "weights_strategy"),
     ("stage-port-zero", "h100", set_all(weights_relay_port=0), "range", "from 1 to 65535", "weights_relay_port"),
-    ("stage-bool-as-text", "h100", set_all(verify_fail="no"), "type", "must be true or false", "verify_fail"),
+    ("stage-bool-as-text", "h100", set_all(verify_fail="maybe"), "type", "must be true or false", "verify_fail"),
     ("stage-timeout-negative", "h100", set_all(ssh_mesh_check_timeout_s=-1), "range", "out of range",
      "ssh_mesh_check_timeout_s"),
     # formats: addresses, paths, names

@@ -333,3 +333,22 @@ def test_facts_the_toolkit_caches_are_not_unknown_variables():
     for host in hv.values():
         host["llmb_accel"] = {"vendor": "nvidia", "devices": 8}
     assert plan_inventory(hv, groups).to_list()
+
+
+@pytest.mark.parametrize(("name", "text", "value"), [
+    ("serve_health_timeout_s", "20", 20),
+    ("bench_concurrency", "4", 4),
+    ("serve_smoke", "false", False),
+])
+def test_a_role_variable_given_as_extra_var_text_is_taken_as_its_role_takes_it(name, text, value):
+    """`-e serve_health_timeout_s=20` gives the string '20'; the role's argument_spec converts it."""
+    from llmb.planner import plan_inventory
+    from llmb.planner.inventory import check_value, known_variables
+
+    knob = known_variables()[name]
+    assert check_value(knob, text) == []
+    hv, groups = load_inventory("sim")
+    for host in hv.values():
+        host[name] = text
+    assert plan_inventory(hv, groups).to_list()
+    assert check_value(knob, "not-a-value")  # still refused
