@@ -580,6 +580,17 @@ class Catalog:
         versions = self.flagset_versions(engine)
         return versions[-1] if versions else None
 
+    def release_requirements(self, engine: Any, version: Any = None) -> dict[str, Any] | None:
+        """{"release": "vllm 0.23.0", "requirements": {...}} of the chosen release (default: the
+        newest shipped); None when the engine or release is not shipped (the planner reports that)."""
+        if not isinstance(engine, str):
+            return None
+        version = str(version) if version not in (None, "") else self.newest_version(engine)
+        doc = self.flagset_doc(f"{engine}-{version}") if version else None
+        if doc is None:
+            return None
+        return {"release": f"{engine} {version}", "requirements": dict(doc.get("requirements") or {})}
+
     def engine_overlay(self, engine: str) -> dict[str, Any]:
         """The hand-kept knowledge of an engine (data/engines/hand/<engine>.yml); {} when none."""
         if not isinstance(engine, str) or not _NAME.match(engine):

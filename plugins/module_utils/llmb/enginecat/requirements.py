@@ -78,9 +78,27 @@ def _dist_info(site: Path, dist: str, version: str) -> Path | None:
     for d in sorted(site.glob("*.dist-info")):
         name = d.name[: -len(".dist-info")]
         n, _, v = name.rpartition("-")
-        if re.sub(r"[-_.]+", "_", n).lower() == want and v.split("+")[0] == version.split("+")[0]:
+        if re.sub(r"[-_.]+", "_", n).lower() == want and (not version or v.split("+")[0] == version.split("+")[0]):
             return d
     return None
+
+
+def _linked(site: Path, info: Path) -> tuple[set, set]:
+    """(CUDA majors of libcudart.so.N, ROCm libraries) that the .so files of one dist link."""
+    record = (info / "RECORD").read_text(encoding="utf-8", errors="replace") if (info / "RECORD").is_file() else ""
+    cuda: set = set()
+    rocm: set = set()
+    for line in record.splitlines():
+        rel = line.split(",", 1)[0]
+        if ".so" not in Path(rel).name or rel.startswith(("../", "/")):
+            continue
+        for needed in elf_needed(site / rel):
+            m = re.match(r"libcudart\.so\.(\d+)", needed)
+            if m:
+                cuda.add(int(m.group(1)))
+            if needed.startswith(("libamdhip64", "librocm")):
+                rocm.add(needed)
+    return cuda, rocm
 
 
 def read_requirements(venv: Path, dist: str, version: str) -> dict[str, Any]:
@@ -108,19 +126,16 @@ def read_requirements(venv: Path, dist: str, version: str) -> dict[str, Any]:
             if tag in wheel:
                 out["glibc"] = glibc
                 break
-    record = (info / "RECORD").read_text(encoding="utf-8", errors="replace") if (info / "RECORD").is_file() else ""
-    cuda: set = set()
-    rocm: set = set()
-    for line in record.splitlines():
-        rel = line.split(",", 1)[0]
-        if ".so" not in Path(rel).name or rel.startswith(("../", "/")):
-            continue
-        for needed in elf_needed(site / rel):
-            m = re.match(r"libcudart\.so\.(\d+)", needed)
-            if m:
-                cuda.add(int(m.group(1)))
-            if needed.startswith(("libamdhip64", "librocm")):
-                rocm.add(needed)
+    cuda, rocm = _linked(site, info)
+    if not cuda:  # no compiled extension of its own (SGLang): the CUDA of the torch it pins
+        for extra in ("sgl_kernel", "torch"):
+            other = _dist_info(site, extra, "")
+            if other is not None:
+                cuda, more = _linked(site, other)
+                rocm |= more
+                if cuda:
+                    out["cuda_from"] = other.name[: -len(".dist-info")]
+                    break
     if cuda:
         out["cuda_major"] = max(cuda)
         out["cuda_libs"] = [f"libcudart.so.{c}" for c in sorted(cuda)]
