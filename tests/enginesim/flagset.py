@@ -150,6 +150,14 @@ def parse(fs: dict, argv: list[str]) -> tuple[dict, list[str]]:
     unknown: list[str] = []
     i = 0
 
+    strings = {}  # every long option string -> (canonical, negated): argparse's unique prefixes
+    for canon, spec in fs["flags"].items():
+        for s in [canon, *spec.get("aliases", [])]:
+            if s.startswith("--"):
+                strings[s] = (canon, False)
+        for s in spec.get("negation", []):
+            strings[s] = (canon, True)
+
     def spell(tok: str):
         if tok in alias:
             return alias[tok], False
@@ -161,6 +169,13 @@ def parse(fs: dict, argv: list[str]) -> tuple[dict, list[str]]:
             base = spell("--" + tok[5:])
             if base and not base[1] and fs["flags"][base[0]]["type"] == "bool":
                 return base[0], True
+        if fs.get("allow_abbrev") and tok.startswith("--") and len(tok) > 2:
+            hits = {hit for s, hit in strings.items() if s.startswith(tok)}
+            if len(hits) > 1:
+                raise UsageError(f"ambiguous option: {tok} could match "
+                                 + ", ".join(sorted(s for s in strings if s.startswith(tok))))
+            if hits:
+                return next(iter(hits))
         return None
 
     while i < len(argv):

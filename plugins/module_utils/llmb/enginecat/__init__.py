@@ -201,7 +201,7 @@ def render(doc: dict[str, Any]) -> str:
     head = [
         f"{doc['engine']} {doc['version']}: `{doc.get('cli', '')}` as its own parser defines it. GENERATED.",
         f"generator: {gen.get('command', GENERATOR)}",
-        f"release: {gen.get('release', '?')} ({gen.get('method', '?')})",
+        f"Where from: {gen.get('release', '?')} ({gen.get('method', '?')})",
         f"option strings: {doc.get('option_strings')}; hand-kept knowledge: data/engines/hand/{doc['engine']}.yml",
         *FORMAT_NOTE,
     ]

@@ -66,6 +66,21 @@ class FlagSet:
             dashed = "--" + token[2:].replace("_", "-")
             if dashed in self._alias:
                 return self._alias[dashed]
+        return self._abbrev(token, negated=False)
+
+    def _abbrev(self, token: str, negated: bool) -> str | None:
+        """argparse's allow_abbrev (recorded in the generated set): a unique prefix of one long option
+        (SGLang's --tp for --tp-size). Ambiguous or unknown prefixes give None."""
+        if not self.allow_abbrev or not token.startswith("--") or len(token) < 3:
+            return None
+        hits = {(canon, neg) for canon, spec in self.flags.items()
+                for s, neg in [(canon, False), *((a, False) for a in spec.get("aliases", [])),
+                               *((n, True) for n in spec.get("negation", []))]
+                if s.startswith("--") and s.startswith(token)}
+        if len(hits) == 1:
+            canon, neg = next(iter(hits))
+            if neg == negated:
+                return canon
         return None
 
     def resolve(self, token: str) -> tuple[str, bool] | None:
