@@ -19,6 +19,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,6 +46,10 @@ class EngineSpec:
     command: tuple[str, ...]
     python: str = "3.12"
     extra: tuple[str, ...] = ()
+    # a platform plugin that is not on the package index for x86 (vllm-ascend): its CLI is that of the
+    # base release it pairs with (same version without the rcN suffix), installed and walked instead
+    pairs_with: str | None = None
+    note: str = ""
 
 
 ENGINES: dict[str, EngineSpec] = {
@@ -53,7 +58,11 @@ ENGINES: dict[str, EngineSpec] = {
                          ("python", "-m", "sglang.launch_server")),
     "ray": EngineSpec("ray", "ray", "ray", "ray start", ("ray", "start"), extra=("click",)),
     "trtllm": EngineSpec("trtllm", "tensorrt-llm", "trtllm", "trtllm-serve serve", ("trtllm-serve", "serve")),
-    "vllm-ascend": EngineSpec("vllm-ascend", "vllm-ascend", "vllm-ascend", "vllm serve", ("vllm", "serve")),
+    "vllm-ascend": EngineSpec(
+        "vllm-ascend", "vllm-ascend", "vllm-ascend", "vllm serve", ("vllm", "serve"), pairs_with="vllm",
+        note="vllm-ascend is an Ascend platform plugin (torch_npu, CANN) without an x86 release on the package "
+             "index; `vllm serve` on Ascend is the paired vLLM release's parser, walked here from that release; "
+             "options the plugin itself adds, if any, are not in this file"),
 }
 DIST_TO_ENGINE = {s.dist: s.engine for s in ENGINES.values()}
 
@@ -201,7 +210,7 @@ def render(doc: dict[str, Any]) -> str:
     head = [
         f"{doc['engine']} {doc['version']}: `{doc.get('cli', '')}` as its own parser defines it. GENERATED.",
         f"generator: {gen.get('command', GENERATOR)}",
-        f"Where from: {gen.get('release', '?')} ({gen.get('method', '?')})",
+        *textwrap.wrap(f"Where from: {gen.get('release', '?')} ({gen.get('method', '?')})", 98),
         f"option strings: {doc.get('option_strings')}; hand-kept knowledge: data/engines/hand/{doc['engine']}.yml",
         *FORMAT_NOTE,
     ]
@@ -306,11 +315,22 @@ def extract_raw(eng: EngineSpec, version: str, venv: Path | None = None, log=pri
             shutil.rmtree(work, ignore_errors=True)
 
 
+def paired(eng: EngineSpec, version: str) -> tuple[EngineSpec, str]:
+    """The release actually installed: the base engine's for a platform plugin (0.20.2rc1 -> 0.20.2)."""
+    if not eng.pairs_with:
+        return eng, version
+    return ENGINES[eng.pairs_with], re.sub(r"(rc|a|b)\d+$", "", version)
+
+
 def extract(spec: str, out_dir: Path, log=print, venv: Path | None = None) -> Path:
     eng, version = parse_spec(spec)
-    raw, reqs = extract_raw(eng, version, venv=venv, log=log)
-    generator = {"command": f"{GENERATOR} {eng.dist}=={version}", "release": f"{eng.dist}=={version}",
-                 "method": "installed from the package index; parser walked in the release's own venv"}
+    base, base_version = paired(eng, version)
+    raw, reqs = extract_raw(base, base_version, venv=venv, log=log)
+    method = "installed from the package index; parser walked in the release's own venv"
+    if base is not eng:
+        method = (f"walked from {base.dist}=={base_version}, installed from the package index: " + eng.note)
+    generator = {"command": f"{GENERATOR} {eng.dist}=={version}", "release": f"{base.dist}=={base_version}",
+                 "method": method}
     doc = build_doc(raw, eng, version, reqs, generator)
     path = out_dir / f"{eng.engine}-{version}.yml"
     changed = write_atomic(path, render(doc))

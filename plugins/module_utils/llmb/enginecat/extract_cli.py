@@ -172,7 +172,10 @@ def vllm_parser():
         from vllm.utils.argparse_utils import FlexibleArgumentParser
     except ImportError:
         from vllm.utils import FlexibleArgumentParser
-    from vllm.entrypoints.openai.cli_args import make_arg_parser
+    try:
+        from vllm.entrypoints.openai.cli_args import make_arg_parser
+    except ImportError:  # moved in later releases (0.32: vllm.entrypoints.launchers.cli_args)
+        from vllm.entrypoints.launchers.cli_args import make_arg_parser
 
     return make_arg_parser(FlexibleArgumentParser(prog="vllm serve"))
 

@@ -41,8 +41,8 @@ KNOBS: tuple[Knob, ...] = (
         "llmb_engine_version",
         "str",
         None,
-        "pinned engine release; data/engines/<engine>-<version>.yml "
-        "must exist (default: the only pinned version of the engine)",
+        "engine release, one of the shipped data/engines/<engine>-<version>.yml "
+        "(default: the newest shipped; list: scripts/launch-plan --engine-versions)",
     ),
     Knob(
         "llmb_install",
