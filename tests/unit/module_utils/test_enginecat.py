@@ -41,10 +41,19 @@ def _doc_text(path: Path) -> dict:
 # --------------------------------------------------------------------------- shipped sets
 
 
+# Sets that could not be generated on this machine, with the reason (docs/engines.md says the same).
+NOT_GENERATED = {
+    "trtllm-1.1.0": "tensorrt-llm 1.1.0 on PyPI is a wheel_stub sdist that downloads from pypi.nvidia.com",
+}
+
+
 def test_every_shipped_set_is_generated_and_names_its_generator():
     names = CAT.flagset_names()
     assert names, "no engine sets shipped"
     for name in names:
+        if name in NOT_GENERATED:
+            assert "NOT GENERATED" in (DATA / "engines" / f"{name}.yml").read_text().splitlines()[0], name
+            continue
         path = DATA / "engines" / f"{name}.yml"
         text = path.read_text()
         doc = CAT.flagset_doc(name)

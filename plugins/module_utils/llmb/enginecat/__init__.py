@@ -329,6 +329,7 @@ def extract(spec: str, out_dir: Path, log=print, venv: Path | None = None) -> Pa
     method = "installed from the package index; parser walked in the release's own venv"
     if base is not eng:
         method = (f"walked from {base.dist}=={base_version}, installed from the package index: " + eng.note)
+        reqs = {}  # the x86 base wheel's CUDA / torch say nothing about the platform plugin's image
     generator = {"command": f"{GENERATOR} {eng.dist}=={version}", "release": f"{base.dist}=={base_version}",
                  "method": method}
     doc = build_doc(raw, eng, version, reqs, generator)
