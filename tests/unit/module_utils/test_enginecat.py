@@ -297,3 +297,18 @@ def test_shipped_requirements_name_a_cuda_major_and_its_driver():
         if "cuda_major" in req:
             assert req["nvidia_driver_min"] == CUDA_MIN_DRIVER[req["cuda_major"]], rel.name
             assert req["cuda_libs"] == [f"libcudart.so.{req['cuda_major']}"] or len(req["cuda_libs"]) > 1
+
+
+def test_h800_recipe_disable_log_requests_planned_for_every_shipped_vllm():
+    """The h800 recipe (seed 002) passes --disable-log-requests: every shipped vLLM release plans
+    it as --no-enable-log-requests (and the real parsers accepted those plans: docs/engines.md)."""
+    from llmb.enginecat.check import planned_cases
+
+    cases, summary = planned_cases(REPO, [REPO / "inventories" / "h800"])
+    (inv,) = summary
+    assert inv.allowed == CAT.flagset_versions("vllm") and not inv.refused
+    vllm_cases = [c for c in cases if c.engine == "vllm"]
+    assert {c.version for c in vllm_cases} == set(CAT.flagset_versions("vllm"))
+    for c in vllm_cases:
+        assert "--no-enable-log-requests" in c.args and "--disable-log-requests" not in c.args, c.version
+    assert {c.engine for c in cases} == {"vllm", "ray"}
