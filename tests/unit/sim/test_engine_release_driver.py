@@ -60,3 +60,18 @@ def test_driver_580_node_runs_vllm_0_23_0(node, tmp_path):
     checks = {c["id"]: c for c in V.verify(_facts(node), V.load_profile("h100-x1"),
                                             engine=_catalog(tmp_path).release_requirements("vllm", "0.23.0"))}
     assert checks["engine.driver"]["ok"] is True
+
+
+def test_verify_action_passes_the_inventory_release():
+    """plugins/action/llmb_verify.py hands verify the chosen release (llmb_engine / _version)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("llmb_verify_action", REPO / "plugins" / "action" / "llmb_verify.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    got = mod._engine_release({"llmb_engine": "vllm", "llmb_engine_version": "0.23.0"})
+    assert got["release"] == "vllm 0.23.0" and got["requirements"]["cuda_major"] == 13
+    newest = Catalog(REPO / "data").newest_version("vllm")
+    assert mod._engine_release({"llmb_engine": "vllm"})["release"] == f"vllm {newest}"
+    assert mod._engine_release({"llmb_engine": "vllm", "llmb_engine_version": "9.9"}) is None
+    assert mod._engine_release({}) is None
