@@ -312,3 +312,17 @@ def test_h800_recipe_disable_log_requests_planned_for_every_shipped_vllm():
     for c in vllm_cases:
         assert "--no-enable-log-requests" in c.args and "--disable-log-requests" not in c.args, c.version
     assert {c.engine for c in cases} == {"vllm", "ray"}
+
+
+def test_real_flag_removed_between_shipped_releases_names_the_release():
+    versions = CAT.flagset_versions("vllm")
+    checked = 0
+    for older, newer in zip(versions, versions[1:], strict=False):
+        gone = sorted(f for f in option_strings(CAT.flagset_doc(f"vllm-{older}"))
+                      - option_strings(CAT.flagset_doc(f"vllm-{newer}")) if f.startswith("--") and not f.startswith("--no-"))
+        for flag in gone[:3]:
+            ea = EngineArgs(CAT.flagset("vllm", newer))
+            ea.apply_token(flag, "1", "llmb_engine_args", {})
+            assert ea.problems and f"removed in vllm {newer}" in ea.problems[0].message, (flag, newer)
+            checked += 1
+    assert checked or len(versions) < 2
