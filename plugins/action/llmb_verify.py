@@ -37,6 +37,16 @@ ARG_SPEC = {
 }
 
 
+def _engine_release(task_vars: dict) -> dict | None:
+    """The chosen engine release's requirements (llmb_engine / llmb_engine_version) for engine.driver."""
+    from llmb.catalog import Catalog, CatalogError
+
+    try:
+        return Catalog().release_requirements(task_vars.get("llmb_engine"), task_vars.get("llmb_engine_version"))
+    except CatalogError:
+        return None
+
+
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
     _requires_connection = True
@@ -73,7 +83,7 @@ class ActionModule(ActionBase):
         else:
             raw = probe
             facts = build_facts(probe["probes"], probe.get("vendor"))
-            checks = V.verify(facts, profile, args["waive"]) if profile else []
+            checks = V.verify(facts, profile, args["waive"], engine=_engine_release(task_vars)) if profile else []
 
         out: dict = {"changed": False}
         if args["bundle_dir"] and raw["probes"]:

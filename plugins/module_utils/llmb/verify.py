@@ -92,7 +92,9 @@ def _tool_errors(facts, kind):
 # --------------------------------------------------------------------------- checks
 
 
-def verify(facts: dict, profile: dict, waive: list[str] | tuple = ()) -> list[dict]:
+def verify(facts: dict, profile: dict, waive: list[str] | tuple = (), engine: dict | None = None) -> list[dict]:
+    """Every check of one node. ``engine``: {"release": "vllm 0.23.0", "requirements": {...}} of the
+    chosen engine release (its generated set's requirements) adds engine.driver."""
     vendor = profile["vendor"]
     tools = TOOLS[vendor]
     checks: list[dict] = []
@@ -151,6 +153,8 @@ def verify(facts: dict, profile: dict, waive: list[str] | tuple = ()) -> list[di
                        "`npu-smi info -t health -i N` shows the alarm; clear it or replace the card"))
 
     _driver(checks, facts, profile)
+    if engine:
+        _engine_driver(checks, facts, engine)
     _matrix(checks, facts, profile, devs)
     _links(checks, facts, profile, devs)
     _numa(checks, facts, profile, devs)
@@ -183,6 +187,25 @@ def _driver(checks, facts, profile):
     }[profile["vendor"]]
     checks.append(_check("driver.version", bool(ok), f">= {minimum}",
                          found if found else "not reported", hint))
+
+
+def _engine_driver(checks, facts, engine):
+    """The chosen engine release's CUDA major needs a driver of that generation (enginecat.requirements)."""
+    from .enginecat.requirements import driver_problem
+
+    req = engine.get("requirements") or {}
+    release = engine.get("release") or "the chosen engine release"
+    if facts.get("vendor") != "nvidia" or req.get("cuda_major") is None:
+        return
+    found = facts.get("driver_version")
+    problem = driver_problem(found, req["cuda_major"]) if found else {"found": "not reported"}
+    need = req.get("nvidia_driver_min") or "?"
+    checks.append(_check("engine.driver", problem is None,
+                         f"NVIDIA driver >= {need} for {release} (links libcudart.so.{req['cuda_major']})",
+                         found or "not reported",
+                         f"{release} needs CUDA {req['cuda_major']}: install NVIDIA driver >= {need} and reboot, "
+                         "or choose an engine release built for this driver (llmb_engine_version; "
+                         "`scripts/launch-plan --engine-versions`)"))
 
 
 def _expected_labels(profile, a, b, by_name):

@@ -102,8 +102,8 @@ def resolve(dep: Deployment, data: Catalog) -> tuple[Context | None, list[Proble
         except CatalogError as err:
             problems.append(_bad_file("engine-version", err, "fix the flag set file"))
             versions = []
-        if version is None and len(versions) == 1:
-            version = versions[0]
+        if version is None and versions:
+            version = versions[-1]  # the default is the newest shipped release (oldest first)
         if version is None:
             problems.append(
                 Problem(

@@ -109,8 +109,8 @@ KNOBS: tuple[Knob, ...] = (
         "llmb_engine_version",
         "str",
         None,
-        "pinned engine release; data/engines/<engine>-<version>.yml "
-        "must exist (default: the only pinned version of the engine)",
+        "engine release, one of the shipped data/engines/<engine>-<version>.yml "
+        "(default: the newest shipped; list: scripts/launch-plan --engine-versions)",
         format="version",
     ),
     Knob(

@@ -472,7 +472,7 @@ INPUT_CASES = [
     ("bool-in-extra-args", "h100", extra(True), "type", "True (bool)", "llmb_engine_extra_args[0]"),
     ("list-as-env-value", "h100", set_env(X=[1, 2]), "type", "must be a string or a number",
      "llmb_engine_env"),
-    ("nested-list-for-list-flag", "h100", args(allowed_origins=[["a"]]), "engine-flag-value",
+    ("nested-list-for-list-flag", "h100", args(cudagraph_capture_sizes=[[1]]), "engine-flag-value",
      "a list of single values", "llmb_engine_args"),
     ("switch-given-a-list", "h100", args(enable_chunked_prefill=["x"]), "engine-flag-value",
      "must be true or false", "llmb_engine_args"),
