@@ -14,7 +14,7 @@ _MU = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "module_uti
 if _MU not in sys.path:
     sys.path.insert(0, _MU)
 
-from llmb.action import ControllerAction  # noqa: E402
+from llmb.plugin import ControllerAction  # noqa: E402
 from llmb.results import ResultError, record  # noqa: E402
 
 ARG_SPEC = {

@@ -20,9 +20,9 @@ if _MU not in sys.path:
 
 from llmb import results  # noqa: E402
 from llmb import verify as V  # noqa: E402
-from llmb.action import ControllerAction  # noqa: E402
 from llmb.hw.facts import build_facts  # noqa: E402
 from llmb.hw.probes import write_bundle  # noqa: E402
+from llmb.plugin import ControllerAction  # noqa: E402
 
 ARG_SPEC = {
     "platform": {"type": "str"},

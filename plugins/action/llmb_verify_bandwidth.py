@@ -18,8 +18,8 @@ if _MU not in sys.path:
 
 from llmb import results  # noqa: E402
 from llmb import verify as V  # noqa: E402
-from llmb.action import ControllerAction  # noqa: E402
 from llmb.hw import ParseError, parse  # noqa: E402
+from llmb.plugin import ControllerAction  # noqa: E402
 
 ARG_SPEC = {
     "output": {"type": "str", "default": ""},

@@ -16,7 +16,7 @@ if _MU not in sys.path:
     sys.path.insert(0, _MU)
 
 from llmb import verify as V  # noqa: E402
-from llmb.action import ControllerAction  # noqa: E402
+from llmb.plugin import ControllerAction  # noqa: E402
 from llmb.results import write_json  # noqa: E402
 
 ARG_SPEC = {

@@ -1,11 +1,14 @@
-"""What the llmb action plugins (plugins/action/llmb_*.py) share: argument handling on the controller.
+"""What the llmb action and filter plugins (plugins/action, plugins/filter) share, controller side.
 
 No Ansible import here: an action plugin mixes ``ControllerAction`` in before Ansible's ``ActionBase``
-(``class ActionModule(ControllerAction, ActionBase)``) and implements ``act``.
+(``class ActionModule(ControllerAction, ActionBase)``) and implements ``act``; a filter plugin wraps its
+functions with ``reraise`` and passes ``AnsibleFilterError`` in.
 """
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from typing import Any
 
 
@@ -25,3 +28,18 @@ class ControllerAction:
 
     def act(self, args: dict[str, Any], task_vars: dict[str, Any], result: dict[str, Any]) -> dict[str, Any]:
         raise NotImplementedError
+
+
+def reraise(fn: Callable[..., Any], catch: type[Exception] | tuple[type[Exception], ...],
+            as_error: Callable[[str], Exception], prefix: str = "") -> Callable[..., Any]:
+    """``fn``, with an exception of the ``catch`` types raised again as ``as_error(prefix + message)``
+    (no traceback chain: the message names the problem). Name and docstring are ``fn``'s."""
+
+    @functools.wraps(fn)
+    def inner(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except catch as err:
+            raise as_error(f"{prefix}{err}") from None
+
+    return inner
