@@ -18,7 +18,7 @@ if _MODULE_UTILS not in sys.path:
     sys.path.insert(0, _MODULE_UTILS)
 
 from llmb import images  # noqa: E402
-from llmb.plugin import reraise  # noqa: E402
+from llmb.plugin import reraise_each  # noqa: E402
 
 
 def llmb_image_parse(reference):
@@ -39,7 +39,7 @@ def llmb_is_digest(value):
 
 class FilterModule:
     def filters(self):
-        return {
-            f.__name__: reraise(f, images.ImageError, AnsibleFilterError, "engine_image: ")
-            for f in (llmb_image_parse, llmb_image_pull_ref, llmb_image_pull_hint, llmb_is_digest)
-        }
+        return reraise_each(
+            (llmb_image_parse, llmb_image_pull_ref, llmb_image_pull_hint, llmb_is_digest),
+            images.ImageError, AnsibleFilterError, "engine_image: ",
+        )

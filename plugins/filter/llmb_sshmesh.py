@@ -26,7 +26,7 @@ if _MODULE_UTILS not in sys.path:
     sys.path.insert(0, _MODULE_UTILS)
 
 from llmb import sshmesh  # noqa: E402
-from llmb.plugin import reraise  # noqa: E402
+from llmb.plugin import reraise_each  # noqa: E402
 
 
 def llmb_ssh_authorized_line(pubkey, addresses, comment="", extra=None):
@@ -103,9 +103,8 @@ def llmb_mpirun_hostnames(stdout):
 
 class FilterModule:
     def filters(self):
-        return {
-            f.__name__: reraise(f, sshmesh.MeshError, AnsibleFilterError, "ssh_mesh: ")
-            for f in (
+        return reraise_each(
+            (
                 llmb_ssh_authorized_line,
                 llmb_ssh_authorized_regexp,
                 llmb_ssh_known_hosts,
@@ -119,5 +118,6 @@ class FilterModule:
                 llmb_ssh_mesh_failures,
                 llmb_ssh_port_conflict,
                 llmb_mpirun_hostnames,
-            )
-        }
+            ),
+            sshmesh.MeshError, AnsibleFilterError, "ssh_mesh: ",
+        )

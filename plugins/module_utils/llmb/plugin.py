@@ -8,7 +8,7 @@ functions with ``reraise`` and passes ``AnsibleFilterError`` in.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 
@@ -43,3 +43,10 @@ def reraise(fn: Callable[..., Any], catch: type[Exception] | tuple[type[Exceptio
             raise as_error(f"{prefix}{err}") from None
 
     return inner
+
+
+def reraise_each(fns: Iterable[Callable[..., Any]], catch: type[Exception] | tuple[type[Exception], ...],
+                 as_error: Callable[[str], Exception], prefix: str = "") -> dict[str, Callable[..., Any]]:
+    """``{name: reraise(fn, ...)}`` of the functions: what a filter plugin's ``FilterModule.filters``
+    returns."""
+    return {fn.__name__: reraise(fn, catch, as_error, prefix) for fn in fns}

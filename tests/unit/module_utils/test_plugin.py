@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from llmb.plugin import ControllerAction, reraise
+from llmb.plugin import ControllerAction, reraise, reraise_each
 
 
 class PluginError(Exception):
@@ -27,6 +27,14 @@ def test_reraise_translates_only_the_named_errors_and_keeps_name_and_doc():
     assert info.value.__cause__ is None and info.value.__suppress_context__
     with pytest.raises(TypeError):
         reraise(parse, KeyError, PluginError)(None, 1, 2)
+
+
+def test_reraise_each_names_every_function():
+    filters = reraise_each((parse, str.upper), (ValueError, KeyError), PluginError, "f: ")
+    assert sorted(filters) == ["parse", "upper"]
+    assert filters["upper"]("a") == "A"
+    with pytest.raises(PluginError, match="^f: expected digits"):
+        filters["parse"]("-1")
 
 
 class FakeActionBase:
