@@ -52,7 +52,7 @@ def _bad_file(check: str, err: CatalogError, fix: str) -> Problem:
     return Problem(check=check, message=str(err), found=err.path, fix=fix)
 
 
-def _lookup(
+def _catalog_record(
     check: str,
     name: Any,
     names: Callable[[], list[str]],
@@ -86,7 +86,7 @@ def resolve(dep: Deployment, data: Catalog) -> tuple[Context | None, list[Proble
     problems: list[Problem] = []
 
     pname = v.get("llmb_platform")
-    platform = _lookup(
+    platform = _catalog_record(
         "platform", pname, data.platform_names, data.platform, problems,
         unknown=f"unknown platform {pname!r}",
         fix="set llmb_platform to one of the profiles in data/platforms/",
@@ -94,7 +94,7 @@ def resolve(dep: Deployment, data: Catalog) -> tuple[Context | None, list[Proble
     )
 
     mname = v.get("llmb_model")
-    model = _lookup(
+    model = _catalog_record(
         "model", mname, data.model_names, data.model, problems,
         unknown=f"no model profile data/models/{mname}.yml",
         fix="set llmb_model to one of the profiles, or add data/models/<name>.yml",
@@ -144,7 +144,7 @@ def resolve(dep: Deployment, data: Catalog) -> tuple[Context | None, list[Proble
     preset_name = v.get("llmb_preset")
     if preset_name in ("none", ""):
         preset_name = None
-    preset = _lookup(
+    preset = _catalog_record(
         "preset", preset_name, data.preset_names, data.preset, problems,
         unknown=f"unknown tuning preset {preset_name!r}",
         fix="set llmb_preset to one of the presets or to none",
