@@ -248,22 +248,15 @@ def exec_argv(value: str) -> list[str]:
         word, quote = [], None
         while i < len(text):
             c = text[i]
-            if quote:
-                if c == quote:
-                    quote = None
-                    i += 1
-                elif c == "\\":
-                    ch, i = _unescape(text, i + 1)
-                    word.append(ch)
-                else:
-                    word.append(c)
-                    i += 1
-            elif c in WHITESPACE:
+            if quote and c == quote:
+                quote = None
+                i += 1
+            elif not quote and c in WHITESPACE:
                 break
-            elif c in "\"'":
+            elif not quote and c in "\"'":
                 quote = c
                 i += 1
-            elif c == "\\":
+            elif c == "\\":  # escapes are read alike inside and outside quotes
                 ch, i = _unescape(text, i + 1)
                 word.append(ch)
             else:

@@ -14,6 +14,7 @@ _MU = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "module_uti
 if _MU not in sys.path:
     sys.path.insert(0, _MU)
 
+from llmb.plugin import ControllerAction  # noqa: E402
 from llmb.results import ResultError, record  # noqa: E402
 
 ARG_SPEC = {
@@ -24,14 +25,10 @@ ARG_SPEC = {
 }
 
 
-class ActionModule(ActionBase):
-    TRANSFERS_FILES = False
-    _requires_connection = False
+class ActionModule(ControllerAction, ActionBase):
+    arg_spec = ARG_SPEC
 
-    def run(self, tmp=None, task_vars=None):
-        task_vars = task_vars or {}
-        result = super().run(tmp, task_vars)
-        _, args = self.validate_argument_spec(argument_spec=ARG_SPEC)
+    def act(self, args, task_vars, result):
         host = args["host"] or task_vars.get("inventory_hostname")
         try:
             path = record(args["artifacts_dir"], args["stage"], host, args["data"])

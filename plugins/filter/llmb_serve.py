@@ -14,6 +14,7 @@ _MODULE_UTILS = str(Path(__file__).resolve().parents[1] / "module_utils")
 if _MODULE_UTILS not in sys.path:
     sys.path.insert(0, _MODULE_UTILS)
 
+from llmb.plugin import reraise  # noqa: E402
 from llmb.serve import environment_file, systemd_exec, systemd_unit  # noqa: E402
 
 try:
@@ -22,21 +23,10 @@ except ImportError:  # imported by the unit tests without Ansible
     AnsibleFilterError = ValueError  # type: ignore[misc,assignment]
 
 
-def _shim(fn):
-    def run(*args):
-        try:
-            return fn(*args)
-        except ValueError as exc:
-            raise AnsibleFilterError(str(exc)) from None
-
-    run.__name__ = fn.__name__
-    return run
-
-
 class FilterModule:
     def filters(self):
         return {
-            "llmb_systemd_exec": _shim(systemd_exec),
-            "llmb_systemd_unit": _shim(systemd_unit),
-            "llmb_environment_file": _shim(environment_file),
+            "llmb_systemd_exec": reraise(systemd_exec, ValueError, AnsibleFilterError),
+            "llmb_systemd_unit": reraise(systemd_unit, ValueError, AnsibleFilterError),
+            "llmb_environment_file": reraise(environment_file, ValueError, AnsibleFilterError),
         }

@@ -105,10 +105,8 @@ options:
     type: raw
     default: "0755"
 attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
+  check_mode: {support: full, description: Verifies what is there and checks disk space; returns RV(would_fetch) and fetches or deletes nothing.}
+  diff_mode: {support: none}
 """
 
 EXAMPLES = r"""

@@ -37,11 +37,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
-from pathlib import Path
 from typing import Any
 
 from . import layout
+from .fsutil import write_text_if_changed
 from .planner import PlanError, plan_inventory
 from .planner.inventory import GROUP, KNOB_BY_NAME, node_address
 
@@ -317,20 +316,5 @@ def host_view(doc: dict[str, Any], host: str) -> dict[str, Any]:
 
 
 def write(doc: dict[str, Any], path: str) -> bool:
-    """Write the document atomically (temp file + rename); False when the file already holds it."""
-    target = Path(path)
-    text = dumps(doc)
-    if target.is_file() and target.read_text(encoding="utf-8") == text:
-        return False
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=str(target.parent), prefix=f".{target.name}.")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, target)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    return True
+    """Write the document atomically (llmb.fsutil); False when the file already holds it."""
+    return write_text_if_changed(path, dumps(doc))

@@ -9,8 +9,9 @@ from __future__ import annotations
 import json
 import os
 import re
-import tempfile
 from typing import Any
+
+from .fsutil import atomic_write_text
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:+@-]{0,252}$")
 
@@ -35,20 +36,9 @@ def result_path(artifacts_dir: str, stage: str, host: str, suffix: str = "") -> 
 
 
 def write_json(path: str, data: Any) -> None:
-    """Write JSON atomically (temp file in the same directory, then rename): no reader sees half a file."""
-    directory = os.path.dirname(path) or "."
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(data, fh, indent=2)
-            fh.write("\n")
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    """Write JSON atomically (llmb.fsutil: temp file in the same directory, then rename): no reader sees
+    half a file."""
+    atomic_write_text(path, json.dumps(data, indent=2) + "\n")
 
 
 def record(artifacts_dir: str, stage: str, host: str, data: dict | None = None, suffix: str = "") -> str:

@@ -9,8 +9,6 @@ Pure Python, no Ansible imports. Profiles come from llmb.catalog (PyYAML, contro
 from __future__ import annotations
 
 import fnmatch
-import json
-import os
 import re
 from itertools import combinations
 
@@ -486,16 +484,6 @@ def report_lines(results: list[dict]) -> list[str]:
         if r.get("unreachable"):
             lines.append(f"{r['host']}: reachable: expected the host to answer, found {r['unreachable']}.")
     return lines
-
-
-def write_json(path: str, data) -> None:
-    """Write JSON atomically (a reader never sees half a file)."""
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    tmp = f"{path}.tmp.{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(data, fh, indent=2)
-        fh.write("\n")
-    os.replace(tmp, path)
 
 
 # --------------------------------------------------------------------------- bandwidth acceptance

@@ -159,13 +159,10 @@ def parse_checked(text: str, kind: str | None = None, command: str | None = None
     cap.findings = findings
     first = next((i + 1 for i, ln in enumerate(cap.lines) if ln.strip()), None)
     looks = detect_content(body)
-    if kind is not None:
+    given = kind is not None
+    if given:
         if kind not in KINDS:
             cap.add(ERROR, None, f"unknown kind {kind!r}; known kinds: {', '.join(sorted(KINDS))}")
-            return ParseResult(kind, None, cap.findings)
-        if _mismatch(kind, looks):
-            cap.add(ERROR, first, f"this is not {kind} output: it looks like {KINDS[looks][1]} ({looks}); "
-                                  f"pass --kind {looks} or leave --kind out")
             return ParseResult(kind, None, cap.findings)
     else:
         try:
@@ -173,10 +170,12 @@ def parse_checked(text: str, kind: str | None = None, command: str | None = None
         except ParseError as exc:
             cap.add(ERROR, first, exc.reason)
             return ParseResult(None, None, cap.findings)
-        if _mismatch(kind, looks):
-            cap.add(ERROR, first, f"the capture header names `{header_cmd}` ({kind}) but the output looks like "
-                                  f"{KINDS[looks][1]} ({looks})")
-            return ParseResult(kind, None, cap.findings)
+    if _mismatch(kind, looks):
+        seen = f"{KINDS[looks][1]} ({looks})"
+        why = (f"this is not {kind} output: it looks like {seen}; pass --kind {looks} or leave --kind out"
+               if given else f"the capture header names `{header_cmd}` ({kind}) but the output looks like {seen}")
+        cap.add(ERROR, first, why)
+        return ParseResult(kind, None, cap.findings)
     try:
         facts = KINDS[kind][0](body, **kwargs)
     except ParseError as exc:

@@ -376,9 +376,11 @@ def _fix(total: float, usable_per_device: float, per_node: int, len_flag: str | 
     return text + ", or raise the memory fraction, or choose a smaller checkpoint"
 
 
-def check_fit(ctx: Any, topo: Any, engine_args: dict[str, Any]) -> list[Problem]:
-    """The planner's memory-fit check: problems, and the prediction as a note on ctx.notes."""
-    fit, problems, notes = estimate(
+def estimate_plan(
+    ctx: Any, topo: Any, engine_args: dict[str, Any]
+) -> tuple[MemoryFit | None, list[Problem], list[str]]:
+    """``estimate`` for a resolved context and topology (what the planner checks)."""
+    return estimate(
         model_name=ctx.model_name,
         model=ctx.model,
         engine=ctx.engine,
@@ -392,5 +394,10 @@ def check_fit(ctx: Any, topo: Any, engine_args: dict[str, Any]) -> list[Problem]
         expert_parallel=bool(ctx.v.get("llmb_expert_parallel")),
         devices_per_node=topo.devices_per_node,
     )
+
+
+def check_fit(ctx: Any, topo: Any, engine_args: dict[str, Any]) -> list[Problem]:
+    """The planner's memory-fit check: problems, and the prediction as a note on ctx.notes."""
+    _, problems, notes = estimate_plan(ctx, topo, engine_args)
     ctx.notes.extend(notes)
     return problems
