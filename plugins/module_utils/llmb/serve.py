@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 
 from .procnet import TCP_ESTABLISHED, addr, read_tables, rows, socket_inodes
 
@@ -108,6 +109,31 @@ def unit_verdict(props: dict, restarts_at_start: int) -> str | None:
     if active == "inactive" and sub == "dead":
         return "unit is not running (inactive)"
     return None
+
+
+_ERROR_LINE = re.compile(
+    r"(?:^|\s)(?:[A-Za-z_][\w.]*(?:Error|Exception): .*"  # ValueError: ... (a traceback's last line)
+    r"|[\w.-]+: error: .*)$"  # argparse: "vllm: error: unrecognized arguments: ..."
+)
+
+
+def engine_error_line(log_text: str) -> str | None:
+    """The engine's own error line in a log tail: the last exception or usage-error line.
+
+    A real engine that dies at start writes a long traceback (and, in vLLM's case, the same error
+    again from the engine core process) after which only shutdown noise follows; the operator needs
+    the one line that says why."""
+    best = wrapper = None
+    for line in log_text.splitlines():
+        m = _ERROR_LINE.search(line.strip())
+        if m:
+            # vLLM's API process ends with "RuntimeError: Engine core initialization failed. See root
+            # cause above."; the cause is the engine core's own error before it
+            if "root cause above" in m.group(0):
+                wrapper = m.group(0).strip()
+            else:
+                best = m.group(0).strip()
+    return best or wrapper
 
 
 def parse_systemctl_show(text: str) -> dict:
