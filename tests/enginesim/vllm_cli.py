@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"vllm: error: argument subparser: invalid choice: {argv[:1]!r}", file=sys.stderr)
         return 2
     try:
-        args, pos = flagset.parse(fs, argv[1:])
+        args, pos = flagset.parse(fs, argv[1:], max_positionals=1)
         if len(pos) > 1:
             raise flagset.UsageError(f"unrecognized arguments: {' '.join(pos[1:])}")
         reasoning = args.get("--reasoning-parser")
