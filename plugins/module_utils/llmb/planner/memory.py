@@ -382,12 +382,16 @@ def _fix(total: float, usable_per_device: float, per_node: int, len_flag: str | 
 
 
 def check_fit(ctx: Any, topo: Any, engine_args: dict[str, Any]) -> list[Problem]:
-    """The planner's memory-fit check: problems, and the prediction as a note on ctx.notes."""
+    """The planner's memory-fit check: problems, and the prediction as a note on ctx.notes.
+
+    A flag the plan leaves out takes the pinned release's default (its flag set's ``defaults``):
+    vLLM 0.23.0 defaults --gpu-memory-utilization to 0.92, not 0.9 (its log on the lent H100)."""
+    defaults = getattr(getattr(ctx, "flagset", None), "defaults", None) or {}
     fit, problems, notes = estimate(
         model_name=ctx.model_name,
         model=ctx.model,
         engine=ctx.engine,
-        engine_args=engine_args,
+        engine_args={**defaults, **engine_args},
         device_model=ctx.platform.device_model,
         device_gib=ctx.platform.device_memory_gb,
         tp=topo.tp,

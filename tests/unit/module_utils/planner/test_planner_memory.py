@@ -249,3 +249,22 @@ def test_fitting_only_without_the_headroom_is_a_warning_with_every_term():
     (note,) = [n for n in planned.notes if n.startswith("memory:")]
     assert note.startswith("memory: WARNING kimi-k2-thinking fits only if the engine's non-KV peak")
     assert "under 4.27 GiB per device" in note and "needs 2.14 GiB per rank (split over DCP 8)" in note
+
+
+def test_the_pinned_releases_default_memory_fraction_is_used():
+    """vLLM 0.23.0 logs "--gpu-memory-utilization=0.9200" when none is given (lent H100,
+    docs/examples/serve-real-h100/engine.log): the prediction takes the flag set's default."""
+    from types import SimpleNamespace
+
+    from llmb.catalog import Catalog
+
+    platform = Catalog(DATA).platform("h100-x1")
+    ctx = SimpleNamespace(model_name="kimi-k2-tiny", model=Catalog(DATA).model("kimi-k2-tiny").raw, engine="vllm",
+                          platform=platform, v={}, notes=[],
+                          flagset=SimpleNamespace(defaults={"--gpu-memory-utilization": 0.92}))
+    topo = SimpleNamespace(tp=1, pp=1, dp=1, dcp=1, devices_per_node=1)
+    assert memory.check_fit(ctx, topo, {"--max-model-len": 4096}) == []
+    assert "x 0.92 (--gpu-memory-utilization)" in ctx.notes[0]
+    ctx.notes.clear()
+    memory.check_fit(ctx, topo, {"--max-model-len": 4096, "--gpu-memory-utilization": 0.5})
+    assert "x 0.5 (--gpu-memory-utilization)" in ctx.notes[0]
