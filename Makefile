@@ -11,7 +11,7 @@ export PATH := $(BIN):$(PATH)
 # Molecule scenarios `make molecule` / `make test` run (all of molecule/ that are proven green).
 SCENARIOS ?= harness verify ssh_mesh ssh_mesh_port engine_host engine_image engine_image_airgap weights weights-faults
 
-.PHONY: help venv docker-engine sim-stub image lint unit molecule e2e perf test demo clean
+.PHONY: help venv docker-engine sim-stub image lint unit units-verify molecule e2e perf test demo clean engine-check
 
 help: ## this list
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -35,6 +35,9 @@ lint: venv ## ruff + ansible-lint (production profile)
 unit: venv sim-stub ## pytest: parsers, planner, patcher, simulator, engine double
 	pytest -q -p no:cacheprovider tests/unit
 
+units-verify: venv image ## every sample inventory's systemd units: systemd-analyze verify + started in one node
+	pytest -q -p no:cacheprovider tests/integration/test_units_verify.py
+
 molecule: venv image ## every Molecule scenario, one after another
 	tests/run-molecule $(SCENARIOS)
 
@@ -44,7 +47,10 @@ e2e: venv image ## site.yml end to end on a simulated 2-node cluster
 perf: venv image ## benchmarks (print ratios measured side by side)
 	tests/perf/run
 
-test: lint unit molecule e2e ## everything CI runs
+engine-check: venv ## NOT in CI: each shipped engine release installed in turn, sample plans through its parser
+	scripts/engine-catalog check --write docs/engines.md
+
+test: lint unit units-verify molecule e2e ## everything CI runs
 
 demo: venv image ## bring up a 2-node simulated cluster and run site.yml against it
 	scripts/demo

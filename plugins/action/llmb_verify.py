@@ -18,9 +18,11 @@ _MU = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "module_uti
 if _MU not in sys.path:
     sys.path.insert(0, _MU)
 
+from llmb import results  # noqa: E402
 from llmb import verify as V  # noqa: E402
 from llmb.hw.facts import build_facts  # noqa: E402
 from llmb.hw.probes import write_bundle  # noqa: E402
+from llmb.plugin import ControllerAction  # noqa: E402
 
 ARG_SPEC = {
     "platform": {"type": "str"},
@@ -36,14 +38,25 @@ ARG_SPEC = {
 }
 
 
-class ActionModule(ActionBase):
-    TRANSFERS_FILES = False
+def _engine_release(task_vars: dict) -> dict | None:
+    """The chosen engine release's requirements for engine.driver: the release the deployment
+    document names (stage 0 decided it, default the newest shipped), else the inventory's."""
+    from llmb.catalog import Catalog, CatalogError
+
+    engine = (task_vars.get("llmb_deployment") or {}).get("engine") or {}
+    name = engine.get("name") or task_vars.get("llmb_engine")
+    version = engine.get("version") or task_vars.get("llmb_engine_version")
+    try:
+        return Catalog().release_requirements(name, version)
+    except CatalogError:
+        return None
+
+
+class ActionModule(ControllerAction, ActionBase):
+    arg_spec = ARG_SPEC
     _requires_connection = True
 
-    def run(self, tmp=None, task_vars=None):
-        task_vars = task_vars or {}
-        result = super().run(tmp, task_vars)
-        _, args = self.validate_argument_spec(argument_spec=ARG_SPEC)
+    def act(self, args, task_vars, result):
         host = task_vars.get("inventory_hostname")
         if args["verify"] and not args["platform"]:
             raise AnsibleActionFail(f"{host}: llmb_verify needs 'platform' (set llmb_platform for this host)")
@@ -72,17 +85,17 @@ class ActionModule(ActionBase):
         else:
             raw = probe
             facts = build_facts(probe["probes"], probe.get("vendor"))
-            checks = V.verify(facts, profile, args["waive"]) if profile else []
+            checks = V.verify(facts, profile, args["waive"], engine=_engine_release(task_vars)) if profile else []
 
         out: dict = {"changed": False}
         if args["bundle_dir"] and raw["probes"]:
             hdir = os.path.join(args["bundle_dir"], host)
             write_bundle(raw, hdir)
-            V.write_json(os.path.join(hdir, "meta.json"),
-                       {"host": host, "node_hostname": raw.get("host"), "vendor": raw.get("vendor"),
-                        "tools": raw.get("tools"), "collected_at": started.isoformat(timespec="seconds"),
-                        "run_id": args["run_id"], "probes": [{k: p[k] for k in ("name", "kind", "cmd", "rc",
-                                                                                   "duration_s")} for p in raw["probes"]]})
+            probes = [{k: p[k] for k in ("name", "kind", "cmd", "rc", "duration_s")} for p in raw["probes"]]
+            results.write_json(os.path.join(hdir, "meta.json"),
+                               {"host": host, "node_hostname": raw.get("host"), "vendor": raw.get("vendor"),
+                                "tools": raw.get("tools"), "collected_at": started.isoformat(timespec="seconds"),
+                                "run_id": args["run_id"], "probes": probes})
             out["bundle"] = hdir
         if profile is None:
             out.update(vendor=raw.get("vendor"), probes=[p["name"] for p in raw["probes"]])
@@ -98,8 +111,8 @@ class ActionModule(ActionBase):
             "driver_version": facts.get("driver_version"),
             "facts": facts,
         })
-        path = os.path.join(args["artifacts_dir"], "verify", f"{host}.json")
-        V.write_json(path, summary)
+        path = results.result_path(args["artifacts_dir"], "verify", host)
+        results.write_json(path, summary)
         failed = [c for c in checks if not c["ok"]]
         out.update({
             "ok": summary["ok"],

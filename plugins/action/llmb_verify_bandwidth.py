@@ -16,8 +16,10 @@ _MU = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "module_uti
 if _MU not in sys.path:
     sys.path.insert(0, _MU)
 
+from llmb import results  # noqa: E402
 from llmb import verify as V  # noqa: E402
 from llmb.hw import ParseError, parse  # noqa: E402
+from llmb.plugin import ControllerAction  # noqa: E402
 
 ARG_SPEC = {
     "output": {"type": "str", "default": ""},
@@ -29,14 +31,10 @@ ARG_SPEC = {
 }
 
 
-class ActionModule(ActionBase):
-    TRANSFERS_FILES = False
-    _requires_connection = False
+class ActionModule(ControllerAction, ActionBase):
+    arg_spec = ARG_SPEC
 
-    def run(self, tmp=None, task_vars=None):
-        task_vars = task_vars or {}
-        result = super().run(tmp, task_vars)
-        _, args = self.validate_argument_spec(argument_spec=ARG_SPEC)
+    def act(self, args, task_vars, result):
         host = task_vars.get("inventory_hostname")
         try:
             profile = V.load_profile(args["platform"], args["platforms_dir"], args["profile_overrides"])
@@ -54,10 +52,11 @@ class ActionModule(ActionBase):
                 last = text.strip().splitlines()[-1] if text.strip() else ""
                 error = f"{exc} (last line: {last[:200]!r})"
         checks = V.bandwidth_checks(parsed, profile, error)
-        path = os.path.join(args["artifacts_dir"], "verify", f"{host}.bandwidth.json")
-        V.write_json(path, {"host": host, "platform": profile["name"], "ok": all(c["ok"] for c in checks),
-                            "checks": checks, "measured": parsed, "raw": text[-20000:]})
+        path = results.result_path(args["artifacts_dir"], "verify", host, ".bandwidth")
+        ok = all(c["ok"] for c in checks)
+        results.write_json(path, {"host": host, "platform": profile["name"], "ok": ok, "checks": checks,
+                                  "measured": parsed, "raw": text[-20000:]})
         result.update(changed=False, platform=profile["name"], checks=checks, result_file=path,
-                      ok=all(c["ok"] for c in checks),
+                      ok=ok,
                       msg="; ".join(f"{c['id']}: {c['found']}" for c in checks))
         return result

@@ -16,6 +16,8 @@ if _MU not in sys.path:
     sys.path.insert(0, _MU)
 
 from llmb import verify as V  # noqa: E402
+from llmb.plugin import ControllerAction  # noqa: E402
+from llmb.results import write_json  # noqa: E402
 
 ARG_SPEC = {
     "artifacts_dir": {"type": "path", "required": True},
@@ -25,14 +27,10 @@ ARG_SPEC = {
 }
 
 
-class ActionModule(ActionBase):
-    TRANSFERS_FILES = False
-    _requires_connection = False
+class ActionModule(ControllerAction, ActionBase):
+    arg_spec = ARG_SPEC
 
-    def run(self, tmp=None, task_vars=None):
-        task_vars = task_vars or {}
-        result = super().run(tmp, task_vars)
-        _, args = self.validate_argument_spec(argument_spec=ARG_SPEC)
+    def act(self, args, task_vars, result):
         hosts = list(task_vars.get("ansible_play_hosts_all") or [])
         alive = set(task_vars.get("ansible_play_hosts") or [])
         hostvars = task_vars.get("hostvars") or {}
@@ -62,7 +60,7 @@ class ActionModule(ActionBase):
         summary = {"ok": ok, "hosts": len(results), "failed_hosts": [r["host"] for r in results if not r["ok"]],
                    "results": results, "report": lines}
         path = os.path.join(args["artifacts_dir"], "verify", "summary.json")
-        V.write_json(path, summary)
+        write_json(path, summary)
         result.update(changed=False, ok=ok, summary_file=path, failed_hosts=summary["failed_hosts"])
         if not ok and args["fail"]:
             result["failed"] = True

@@ -18,20 +18,15 @@ if _MODULE_UTILS not in sys.path:
     sys.path.insert(0, _MODULE_UTILS)
 
 from llmb import images  # noqa: E402
+from llmb.plugin import reraise_each  # noqa: E402
 
 
 def llmb_image_parse(reference):
-    try:
-        return images.parse(str(reference)).to_dict()
-    except images.ImageError as err:
-        raise AnsibleFilterError(f"engine_image: {err}") from None
+    return images.parse(str(reference)).to_dict()
 
 
 def llmb_image_pull_ref(image, digest, mirror=""):
-    try:
-        return images.pull_ref(str(image), str(digest or ""), str(mirror or ""))
-    except images.ImageError as err:
-        raise AnsibleFilterError(f"engine_image: {err}") from None
+    return images.pull_ref(str(image), str(digest or ""), str(mirror or ""))
 
 
 def llmb_image_pull_hint(stderr):
@@ -44,9 +39,7 @@ def llmb_is_digest(value):
 
 class FilterModule:
     def filters(self):
-        return {
-            "llmb_image_parse": llmb_image_parse,
-            "llmb_image_pull_ref": llmb_image_pull_ref,
-            "llmb_image_pull_hint": llmb_image_pull_hint,
-            "llmb_is_digest": llmb_is_digest,
-        }
+        return reraise_each(
+            (llmb_image_parse, llmb_image_pull_ref, llmb_image_pull_hint, llmb_is_digest),
+            images.ImageError, AnsibleFilterError, "engine_image: ",
+        )

@@ -1,4 +1,9 @@
-"""Filters for the serve role's templates (controller side)."""
+"""Filters for the serve role's templates (controller side): thin shims over llmb.serve.
+
+A value that cannot be written safely into a unit or environment file (a newline in an argument,
+an environment name with a space, ...) fails the template task with the message of
+llmb.quoting.QuotingError, naming the service and the field.
+"""
 
 from __future__ import annotations
 
@@ -9,9 +14,19 @@ _MODULE_UTILS = str(Path(__file__).resolve().parents[1] / "module_utils")
 if _MODULE_UTILS not in sys.path:
     sys.path.insert(0, _MODULE_UTILS)
 
-from llmb.serve import systemd_exec  # noqa: E402
+from llmb.plugin import reraise  # noqa: E402
+from llmb.serve import environment_file, systemd_exec, systemd_unit  # noqa: E402
+
+try:
+    from ansible.errors import AnsibleFilterError
+except ImportError:  # imported by the unit tests without Ansible
+    AnsibleFilterError = ValueError  # type: ignore[misc,assignment]
 
 
 class FilterModule:
     def filters(self):
-        return {"llmb_systemd_exec": systemd_exec}
+        return {
+            "llmb_systemd_exec": reraise(systemd_exec, ValueError, AnsibleFilterError),
+            "llmb_systemd_unit": reraise(systemd_unit, ValueError, AnsibleFilterError),
+            "llmb_environment_file": reraise(environment_file, ValueError, AnsibleFilterError),
+        }

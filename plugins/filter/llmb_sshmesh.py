@@ -26,18 +26,7 @@ if _MODULE_UTILS not in sys.path:
     sys.path.insert(0, _MODULE_UTILS)
 
 from llmb import sshmesh  # noqa: E402
-
-
-def _wrap(fn):
-    def inner(*args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except sshmesh.MeshError as err:
-            raise AnsibleFilterError(f"ssh_mesh: {err}") from None
-
-    inner.__name__ = fn.__name__
-    inner.__doc__ = fn.__doc__
-    return inner
+from llmb.plugin import reraise_each  # noqa: E402
 
 
 def llmb_ssh_authorized_line(pubkey, addresses, comment="", extra=None):
@@ -114,9 +103,8 @@ def llmb_mpirun_hostnames(stdout):
 
 class FilterModule:
     def filters(self):
-        return {
-            f.__name__: _wrap(f)
-            for f in (
+        return reraise_each(
+            (
                 llmb_ssh_authorized_line,
                 llmb_ssh_authorized_regexp,
                 llmb_ssh_known_hosts,
@@ -130,5 +118,6 @@ class FilterModule:
                 llmb_ssh_mesh_failures,
                 llmb_ssh_port_conflict,
                 llmb_mpirun_hostnames,
-            )
-        }
+            ),
+            sshmesh.MeshError, AnsibleFilterError, "ssh_mesh: ",
+        )

@@ -65,10 +65,8 @@ options:
     type: bool
     default: false
 attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
+  check_mode: {support: full, description: Only connects and runs O(command); the same in check mode.}
+  diff_mode: {support: none}
 """
 
 EXAMPLES = r"""

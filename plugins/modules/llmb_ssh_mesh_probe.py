@@ -36,10 +36,8 @@ options:
     elements: int
     default: []
 attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
+  check_mode: {support: full, description: Only reads.}
+  diff_mode: {support: none}
 """
 
 EXAMPLES = r"""

@@ -78,7 +78,7 @@ options:
   python:
     description: Interpreter of the tool venv that has huggingface_hub.
     type: path
-    default: /opt/llm-bringup/tools/bin/python
+    default: /opt/llmb/tools/bin/python
   hf_home:
     description: C(HF_HOME) for the hub client (keeps its cache and any stored token out of /root).
     type: path
@@ -105,10 +105,8 @@ options:
     type: raw
     default: "0755"
 attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
+  check_mode: {support: full, description: Verifies what is there and checks disk space; returns RV(would_fetch) and fetches or deletes nothing.}
+  diff_mode: {support: none}
 """
 
 EXAMPLES = r"""
@@ -127,7 +125,7 @@ EXAMPLES = r"""
     dest: /opt/llmb/models/kimi-k2-thinking
     manifest: "{{ __weights_manifest.manifest }}"
     repo_id: moonshotai/Kimi-K2-Thinking
-    token_file: /run/llm-bringup/weights/hf-token
+    token_file: /run/llmb/weights/hf-token
 
 - name: Copy from a node that has them
   model_fetch:
@@ -193,7 +191,7 @@ def main() -> None:
             "peer_url": {"type": "str"},
             "wait_for": {"type": "list", "elements": "str", "default": []},
             "wait_timeout": {"type": "int", "default": 3600},
-            "python": {"type": "path", "default": "/opt/llm-bringup/tools/bin/python"},
+            "python": {"type": "path", "default": "/opt/llmb/tools/bin/python"},
             "hf_home": {"type": "path"},
             "max_workers": {"type": "int", "default": 8},
             "verify_workers": {"type": "int"},

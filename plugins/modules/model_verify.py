@@ -48,10 +48,8 @@ options:
     type: bool
     default: false
 attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
+  check_mode: {support: full, description: Verifies and reports; the record O(update_record) would rewrite is left alone.}
+  diff_mode: {support: none}
 """
 
 EXAMPLES = r"""

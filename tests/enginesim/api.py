@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from .runtime import Log, die
+from .runtime import Log, serve_in_thread, wait_for_signal
 
 
 @dataclass
@@ -270,18 +270,25 @@ class ApiServer:
                 lines.append(b"data: [DONE]\n\n")
                 self._send(200, b"".join(lines), "text/event-stream")
 
-        class Server(ThreadingHTTPServer):
-            allow_reuse_address = True
-            daemon_threads = True
-
-        try:
-            self.httpd = Server((host, port), Handler)
-        except OSError as exc:
-            die(
-                log,
-                f"OSError: [Errno {exc.errno}] error while attempting to bind on address ({host!r}, {port}): "
-                f"{exc.strerror}",
-                where="launcher.py:1",
-            )
+        self.httpd = serve_in_thread(
+            ThreadingHTTPServer,
+            (host, port),
+            Handler,
+            log,
+            lambda exc: (
+                f"OSError: [Errno {exc.errno}] error while attempting to bind on address "
+                f"({host!r}, {port}): {exc.strerror}"
+            ),
+            "launcher.py:1",
+        )
         self.port = self.httpd.server_address[1]
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+
+def serve_until_signal(cfg: ApiConfig, address: tuple[str, int], log: Log, process: str, ready_lines) -> int:
+    """Serve the API on address, log ready_lines(bound port) as the engine does once it is up, and
+    run until SIGTERM/SIGINT (the exit status of process)."""
+    server = ApiServer(cfg, address[0], address[1], log)
+    server.ready.set()
+    for line in ready_lines(server.port):
+        log.info(line)
+    return wait_for_signal(log, process)

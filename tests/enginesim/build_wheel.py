@@ -39,6 +39,8 @@ def _files() -> list[tuple[str, bytes]]:
             out.append((rel.as_posix(), p.read_bytes()))
     for p in sorted((ROOT / "data" / "engines").glob("*.yml")):
         out.append((f"enginesim/data/engines/{p.name}", p.read_bytes()))
+    for p in sorted((ROOT / "data" / "engines" / "hand").glob("*.yml")):
+        out.append((f"enginesim/data/engines/hand/{p.name}", p.read_bytes()))
     return out
 
 

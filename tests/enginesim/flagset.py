@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import sys
 from pathlib import Path
 
 ENV_DATA = "LLMB_ENGINESIM_DATA"
@@ -43,8 +45,47 @@ def read_doc(path: Path) -> dict:
     return json.loads("\n".join(lines))
 
 
+DISTS = {"vllm": "vllm", "sglang": "sglang", "trtllm": "tensorrt_llm", "ray": "ray", "vllm-ascend": "vllm_ascend"}
+
+
+def version_key(version: str) -> tuple:
+    """Release order, as llmb.catalog.version_key: 0.19.1 < 0.20.2rc1 < 0.20.2 < 0.23.0."""
+    m = re.match(r"(\d+(?:\.\d+)*)(?:(a|b|rc)(\d+))?", str(version))
+    if not m:
+        return ((), 0, 0, str(version))
+    rel = tuple(int(x) for x in m.group(1).split("."))
+    rel = rel + (0,) * (4 - len(rel))
+    return (rel, {"a": 0, "b": 1, "rc": 2}.get(m.group(2) or "", 3), int(m.group(3) or 0), str(version))
+
+
+def _installed_version(engine: str) -> str | None:
+    try:
+        from importlib.metadata import PackageNotFoundError, version
+    except ImportError:  # pragma: no cover
+        return None
+    try:
+        return version(DISTS.get(engine, engine))
+    except PackageNotFoundError:
+        return None
+
+
+def read_overlay(directory: Path, engine: str, version: str) -> dict:
+    """The hand-kept overlay hand/<engine>.yml with its per-release section applied ({} when none)."""
+    path = directory / "hand" / f"{engine}.yml"
+    if not path.is_file():
+        return {}
+    overlay = read_doc(path)
+    per_release = (overlay.pop("versions", None) or {}).get(version) or {}
+    overlay.update(per_release)
+    return overlay
+
+
 def load(engine: str, version: str | None = None) -> dict:
-    """The merged flag set of an engine; version from env LLMB_ENGINESIM_VERSION_<ENGINE> or the only one."""
+    """The merged flag set of an engine: the generated <engine>-<version>.yml plus hand/<engine>.yml.
+
+    The version: argument, env LLMB_ENGINESIM_VERSION_<ENGINE>, the version of the installed
+    distribution this double stands in for (when a set of it ships), else the newest shipped one.
+    """
     directory = data_dir()
     docs = {}
     for path in directory.glob("*.yml"):
@@ -53,15 +94,19 @@ def load(engine: str, version: str | None = None) -> dict:
     env_key = "LLMB_ENGINESIM_VERSION_" + engine.upper().replace("-", "_")
     version = version or os.environ.get(env_key)
     mine = {n: d for n, d in docs.items() if d.get("engine") == engine}
+    if not mine:
+        raise SystemExit(f"enginesim: no flag set for {engine} in {directory}")
     if version:
         name = f"{engine}-{version}"
         if name not in mine:
             raise SystemExit(f"enginesim: no flag set {name} in {directory}")
-    elif len(mine) == 1:
-        name = next(iter(mine))
     else:
-        raise SystemExit(f"enginesim: {len(mine)} flag sets for {engine} in {directory}; set {env_key}")
-    doc = mine[name]
+        installed = _installed_version(engine)
+        if installed and f"{engine}-{installed}" in mine:
+            name = f"{engine}-{installed}"
+        else:
+            name = max(mine, key=lambda n: version_key(str(mine[n].get("version"))))
+    doc = dict(mine[name])
     if doc.get("extends"):
         base = dict(docs[doc["extends"]])
         flags = dict(base.get("flags", {}))
@@ -71,6 +116,19 @@ def load(engine: str, version: str | None = None) -> dict:
             flags.pop(gone, None)
         base["flags"] = flags
         doc = base
+    for key, value in read_overlay(directory, engine, str(doc.get("version"))).items():
+        if key not in ("engine", "source", "spelling"):
+            doc[key] = value
+        if key == "spelling":  # as planner.flags.respell: the planner's spelling is the key
+            flags = dict(doc["flags"])
+            for canon, want in value.items():
+                spec = flags.get(canon)
+                if spec is None or want not in (spec.get("aliases") or []):
+                    continue
+                new = dict(spec, aliases=sorted({*(a for a in spec["aliases"] if a != want), canon}))
+                del flags[canon]
+                flags[want] = new
+            doc["flags"] = flags
     return doc
 
 
@@ -97,6 +155,14 @@ def parse(fs: dict, argv: list[str], max_positionals: int | None = None) -> tupl
     unknown: list[str] = []
     i = 0
 
+    strings = {}  # every long option string -> (canonical, negated): argparse's unique prefixes
+    for canon, spec in fs["flags"].items():
+        for s in [canon, *spec.get("aliases", [])]:
+            if s.startswith("--"):
+                strings[s] = (canon, False)
+        for s in spec.get("negation", []):
+            strings[s] = (canon, True)
+
     def spell(tok: str):
         if tok in alias:
             return alias[tok], False
@@ -108,6 +174,13 @@ def parse(fs: dict, argv: list[str], max_positionals: int | None = None) -> tupl
             base = spell("--" + tok[5:])
             if base and not base[1] and fs["flags"][base[0]]["type"] == "bool":
                 return base[0], True
+        if fs.get("allow_abbrev") and tok.startswith("--") and len(tok) > 2:
+            hits = {hit for s, hit in strings.items() if s.startswith(tok)}
+            if len(hits) > 1:
+                raise UsageError(f"ambiguous option: {tok} could match "
+                                 + ", ".join(sorted(s for s in strings if s.startswith(tok))))
+            if hits:
+                return next(iter(hits))
         return None
 
     while i < len(argv):
@@ -143,14 +216,9 @@ def parse(fs: dict, argv: list[str], max_positionals: int | None = None) -> tupl
             raw: object = inline
             i += 1
         elif kind == "list":
-            j = i + 1
-            items = []
-            while j < len(argv) and not argv[j].startswith("-"):
-                items.append(argv[j])
-                j += 1
-            if not items:
+            raw, i = take_values(argv, i + 1)
+            if not raw:
                 raise UsageError(f"argument {name}: expected at least one argument")
-            raw, i = items, j
         elif kind == "optional":
             if i + 1 < len(argv) and not argv[i + 1].startswith("-"):
                 raw, i = argv[i + 1], i + 2
@@ -166,6 +234,21 @@ def parse(fs: dict, argv: list[str], max_positionals: int | None = None) -> tupl
     if unknown:
         raise UsageError(f"unrecognized arguments: {' '.join(unknown)}")
     return values, positionals
+
+
+def usage_error(usage: str, error: str) -> int:
+    """Print a command's usage and error to stderr; the exit status of a usage error (2)."""
+    print(usage, file=sys.stderr)
+    print(error, file=sys.stderr)
+    return 2
+
+
+def take_values(argv: list[str], start: int) -> tuple[list[str], int]:
+    """The values of a list flag (nargs +): argv from start up to the next option, and the index after them."""
+    end = start
+    while end < len(argv) and not argv[end].startswith("-"):
+        end += 1
+    return argv[start:end], end
 
 
 def _numeric(tok: str) -> bool:

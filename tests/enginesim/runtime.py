@@ -109,6 +109,22 @@ class Log:
             print(msg, file=sys.stderr if err else sys.stdout, flush=True)
 
 
+def serve_in_thread(base, address, handler, log: Log, bind_error, where: str):
+    """A threading server of class base on address, serving from a daemon thread; a port that cannot
+    be bound ends the process the way the engine does (bind_error(exc) is its message)."""
+
+    class Server(base):
+        allow_reuse_address = True
+        daemon_threads = True
+
+    try:
+        server = Server(address, handler)
+    except OSError as exc:
+        die(log, bind_error(exc), where=where)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
 def die(log: Log, message: str, code: int = 1, where: str = "core.py:1"):
     log.error(message, where)
     raise SystemExit(code)
@@ -228,19 +244,14 @@ class Rendezvous:
                         self.wfile.write(b"PONG\n")
                     self.wfile.flush()
 
-        class Server(socketserver.ThreadingTCPServer):
-            allow_reuse_address = True
-            daemon_threads = True
-
-        try:
-            self.server = Server((host, port), Handler)
-        except OSError as exc:
-            die(
-                log,
-                f"OSError: [Errno {exc.errno}] could not bind {host}:{port}: {exc.strerror}",
-                where="utils.py:1",
-            )
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.server = serve_in_thread(
+            socketserver.ThreadingTCPServer,
+            (host, port),
+            Handler,
+            log,
+            lambda exc: f"OSError: [Errno {exc.errno}] could not bind {host}:{port}: {exc.strerror}",
+            "utils.py:1",
+        )
 
     def wait_for(self, predicate, timeout: float) -> bool:
         deadline = time.monotonic() + timeout

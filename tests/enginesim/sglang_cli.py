@@ -7,7 +7,7 @@ import sys
 import time
 
 from . import flagset, runtime
-from .api import ApiConfig, ApiServer
+from .api import ApiConfig, serve_until_signal
 
 PROG = "launch_server.py"
 
@@ -84,11 +84,16 @@ def main(argv: list[str] | None = None) -> int:
         faults=faults,
     )
     host = args.get("--host") or "127.0.0.1"
-    server = ApiServer(cfg, host, int(args.get("--port", 30000)), log)
-    server.ready.set()
-    log.info(f"Uvicorn running on http://{host}:{server.port} (Press CTRL+C to quit)")
-    log.info("The server is fired up and ready to roll!")
-    return runtime.wait_for_signal(log, "sglang")
+    return serve_until_signal(
+        cfg,
+        (host, int(args.get("--port", 30000))),
+        log,
+        "sglang",
+        lambda port: [
+            f"Uvicorn running on http://{host}:{port} (Press CTRL+C to quit)",
+            "The server is fired up and ready to roll!",
+        ],
+    )
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from . import flagset, runtime
-from .api import ApiConfig, ApiServer
+from .api import ApiConfig, serve_until_signal
 
 USAGE = "Usage: trtllm-serve serve [OPTIONS] MODEL\nTry 'trtllm-serve serve --help' for help.\n"
 
@@ -21,9 +21,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     fs = flagset.load("trtllm")
     if argv[:1] != ["serve"]:
-        print("Usage: trtllm-serve [OPTIONS] COMMAND [ARGS]...\n", file=sys.stderr)
-        print(f"Error: No such command '{argv[0] if argv else ''}'.", file=sys.stderr)
-        return 2
+        usage = "Usage: trtllm-serve [OPTIONS] COMMAND [ARGS]...\n"
+        return flagset.usage_error(usage, f"Error: No such command '{argv[0] if argv else ''}'.")
     try:
         args, pos = flagset.parse(fs, argv[1:])
         if not pos:
@@ -79,10 +78,10 @@ def main(argv: list[str] | None = None) -> int:
         faults=faults,
     )
     host = args.get("--host") or "localhost"
-    server = ApiServer(cfg, host, int(args.get("--port", 8000)), log)
-    server.ready.set()
-    log.info(f"Uvicorn running on http://{host}:{server.port}")
-    return runtime.wait_for_signal(log, "trtllm-serve")
+    address = (host, int(args.get("--port", 8000)))
+    return serve_until_signal(
+        cfg, address, log, "trtllm-serve", lambda port: [f"Uvicorn running on http://{host}:{port}"]
+    )
 
 
 def llmapi_launch(argv: list[str] | None = None) -> int:

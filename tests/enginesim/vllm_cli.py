@@ -33,9 +33,8 @@ def main(argv: list[str] | None = None) -> int:
         print(fs["version"])
         return 0
     if argv[:1] != ["serve"]:
-        print("usage: vllm [-h] [-v] {chat,complete,serve,bench,collect-env,run-batch} ...", file=sys.stderr)
-        print(f"vllm: error: argument subparser: invalid choice: {argv[:1]!r}", file=sys.stderr)
-        return 2
+        usage = "usage: vllm [-h] [-v] {chat,complete,serve,bench,collect-env,run-batch} ..."
+        return flagset.usage_error(usage, f"vllm: error: argument subparser: invalid choice: {argv[:1]!r}")
     try:
         args, pos = flagset.parse(fs, argv[1:], max_positionals=1)
         if len(pos) > 1:
@@ -187,7 +186,8 @@ def _wait_for_ray(world: int, log: runtime.Log) -> None:
     )
 
 
-def _dp_master(args, dp, dp_local, world, devices, log):
+def _check_local_devices(dp_local, world, devices, log) -> None:
+    """The node's DP ranks x world size fit its devices (vLLM's parallel config check)."""
     if world * dp_local > devices:
         runtime.die(
             log,
@@ -195,6 +195,10 @@ def _dp_master(args, dp, dp_local, world, devices, log):
             f"GPUs; this node has {devices}",
             where="parallel.py:1",
         )
+
+
+def _dp_master(args, dp, dp_local, world, devices, log):
+    _check_local_devices(dp_local, world, devices, log)
     port = int(args.get("--data-parallel-rpc-port", 29550))
     rdv = runtime.Rendezvous("0.0.0.0", port, log)
     log.info(
@@ -224,13 +228,7 @@ def _headless(args, dp, dp_local, world, devices, log) -> int:
         runtime.die(
             log, "ValueError: --headless needs --data-parallel-address of the rank 0 node", where="serve.py:1"
         )
-    if world * dp_local > devices:
-        runtime.die(
-            log,
-            f"ValueError: {dp_local} local DP ranks x world size {world} need {world * dp_local} "
-            f"GPUs; this node has {devices}",
-            where="parallel.py:1",
-        )
+    _check_local_devices(dp_local, world, devices, log)
     log.info(
         f"Headless mode: DP ranks {start}..{start + dp_local - 1} of {dp}, master tcp://{address}:{port}",
         "serve.py:1",

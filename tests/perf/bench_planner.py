@@ -57,7 +57,7 @@ def inventory(nodes: int, shape: str) -> tuple[dict, dict]:
         hv = json.loads(json.dumps(common))  # every host has its own copy, as Ansible gives them
         hv.update(
             ansible_host=f"10.{i // 65536}.{(i // 256) % 256}.{i % 256 + 1}",
-            llmb_node_ip=f"172.{16 + i // 65536}.{(i // 256) % 256}.{i % 256 + 1}",
+            llmb_node_ip=f"172.{16 + i // 65536}.{(i // 256) % 256}.{i % 256}",
         )
         hostvars[name] = hv
     return hostvars, {"all": names, "accel_nodes": names, "ungrouped": []}

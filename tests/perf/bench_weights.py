@@ -157,7 +157,11 @@ def bench_fanout(nodes: int, shard_bytes: int, throttle: int) -> dict:
             port = (state / "port").read_text().strip()
             base = {
                 "llmb_model": "kimi-k2-bench", "llmb_engine": "vllm", "llmb_platform": "h800-hgx8",
-                "weights_profiles_dir": str(profiles), "weights_hf_endpoint": f"http://{gw}:{port}",
+                # the bench model is no catalog profile and the cluster is no plannable deployment:
+                # the stage runs without a launch plan and is handed the model section directly
+                "llmb_stage_needs_plan": "", "weights_repo_id": BENCH_REPO, "weights_revision": repo.sha,
+                "weights_allow_patterns": allow, "weights_config_patches": [],
+                "weights_hf_endpoint": f"http://{gw}:{port}",
                 "weights_tools_wheelhouse": wheelhouse,
             }
             # tool venv on every node first, so that no timing below includes it

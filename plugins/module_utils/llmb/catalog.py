@@ -411,16 +411,64 @@ class EngineRelease:
 
 
 def engine_errors(doc: Any) -> list[str]:
+    """Format check of a generated set (data/engines/<engine>-<version>.yml)."""
     errs: list[str] = []
     if not isinstance(doc, dict):
         return ["flag set must be a mapping"]
     _typecheck(doc, "engine", str, errs)
     _typecheck(doc, "version", (str, int, float), errs)
+    flags = _typecheck(doc, "flags", dict, errs, required=not doc.get("extends")) or {}
+    for name, spec in flags.items():
+        if not isinstance(spec, dict) or not isinstance(spec.get("type"), str):
+            errs.append(f"flags.{name} must be a mapping with a 'type'")
+    gen = _typecheck(doc, "generator", dict, errs, required=False)
+    if gen is not None and not isinstance(gen.get("command"), str):
+        errs.append("generator.command must name the command that generated the file")
+    errs.extend(overlay_errors(doc, generated=True))
+    return errs
+
+
+# keys of the hand-kept overlay data/engines/hand/<engine>.yml (everything a parser cannot tell)
+# spelling: option the parser names first -> the option string the planner writes (e.g. SGLang's
+# --tensor-parallel-size is written --tp-size, as the recipes do); both are the same parser action.
+OVERLAY_KEYS = ("images", "image_suffix_by_platform", "supports_model_types", "planner_owned", "renamed",
+                "defaults", "config_checks", "versions", "source", "spelling")
+
+
+def overlay_errors(doc: Any, generated: bool = False) -> list[str]:
+    errs: list[str] = []
+    if not isinstance(doc, dict):
+        return ["overlay must be a mapping"]
+    if not generated:
+        _typecheck(doc, "engine", str, errs)
+        for key in doc:
+            if key not in OVERLAY_KEYS and key != "engine":
+                errs.append(f"{key}: not an overlay key (one of {', '.join(OVERLAY_KEYS)}); "
+                            "parser facts belong to the generated set")
     images = _typecheck(doc, "images", dict, errs, required=False) or {}
     for vendor in images:
         if vendor not in VENDORS:
             errs.append(f"images.{vendor}: vendor must be one of {', '.join(VENDORS)}")
+    renamed = _typecheck(doc, "renamed", dict, errs, required=False) or {}
+    for old, rec in renamed.items():
+        if not isinstance(rec, dict) or "to" not in rec or not rec.get("source"):
+            errs.append(f"renamed.{old} must be a mapping with 'to' (a flag or null) and 'source'")
+    versions = _typecheck(doc, "versions", dict, errs, required=False) or {}
+    for ver, sub in versions.items():
+        if not isinstance(sub, dict):
+            errs.append(f"versions.{ver} must be a mapping of overlay keys")
     return errs
+
+
+def version_key(version: str) -> tuple:
+    """Release order: 0.9 < 0.19.1 < 0.20.2rc1 < 0.20.2 < 0.23.0 (PEP 440 release + pre-release)."""
+    m = re.match(r"(\d+(?:\.\d+)*)(?:(a|b|rc)(\d+))?", str(version))
+    if not m:
+        return ((), 0, 0, str(version))
+    rel = tuple(int(x) for x in m.group(1).split("."))
+    rel = rel + (0,) * (4 - len(rel))
+    pre = {"a": 0, "b": 1, "rc": 2}.get(m.group(2) or "", 3)
+    return (rel, pre, int(m.group(3) or 0), str(version))
 
 
 # --------------------------------------------------------------------------- the catalog
@@ -525,7 +573,41 @@ class Catalog:
         return self.engine_release(name).doc
 
     def flagset_versions(self, engine: str) -> list[str]:
-        return [r.version for r in self.engine_releases() if r.engine == engine]
+        """The shipped releases of an engine, oldest first."""
+        return sorted((r.version for r in self.engine_releases() if r.engine == engine), key=version_key)
+
+    def newest_version(self, engine: str) -> str | None:
+        versions = self.flagset_versions(engine)
+        return versions[-1] if versions else None
+
+    def release_requirements(self, engine: Any, version: Any = None) -> dict[str, Any] | None:
+        """{"release": "vllm 0.23.0", "requirements": {...}} of the chosen release (default: the
+        newest shipped); None when the engine or release is not shipped (the planner reports that)."""
+        if not isinstance(engine, str):
+            return None
+        version = str(version) if version not in (None, "") else self.newest_version(engine)
+        doc = self.flagset_doc(f"{engine}-{version}") if version else None
+        if doc is None:
+            return None
+        return {"release": f"{engine} {version}", "requirements": dict(doc.get("requirements") or {})}
+
+    def engine_overlay(self, engine: str) -> dict[str, Any]:
+        """The hand-kept knowledge of an engine (data/engines/hand/<engine>.yml); {} when none."""
+        if not isinstance(engine, str) or not _NAME.match(engine):
+            return {}
+        path = self._dirs["engines"] / "hand" / f"{engine}.yml"
+        if not path.is_file():
+            return {}
+
+        def _load(p: Path) -> dict[str, Any]:
+            doc = load_commented_json(p)
+            errs = overlay_errors(doc)
+            if errs:
+                raise CatalogError(f"engine overlay {engine!r} ({p}) is invalid: " + "; ".join(errs), str(p),
+                                   _field_of(errs[0]))
+            return doc
+
+        return _cached(path, "overlay", _load)
 
     def flagset(self, engine: str, version: str):  # -> planner.flags.FlagSet | None
         from .planner.flags import load_flagset  # the flag set format lives with the planner

@@ -47,6 +47,8 @@ from dataclasses import dataclass, field
 from json.decoder import scanstring
 from typing import Any
 
+from .fsutil import fsync_dir as _fsync_dir
+
 _MISSING = object()
 MAX_DEPTH = 200
 MAX_BYTES = 64 * 1024 * 1024  # config.json files are kilobytes; anything this large is not one
@@ -603,19 +605,6 @@ def check_backup(orig: str, path: str, current: Any) -> bool:
     if why:
         raise JsonPatchError(f"{orig} is not an earlier copy of {path}: {why}. {fix}")
     return True
-
-
-def _fsync_dir(directory: str) -> None:
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 def atomic_write(path: str, data: bytes, mode: int | None = None, exclusive: bool = False,

@@ -26,7 +26,6 @@ import http.client
 import json
 import os
 import re
-import tempfile
 import time
 import urllib.error
 import urllib.parse
@@ -35,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .fsutil import write_text_if_changed
 from .planner.model import Problem
 
 LOCK_NAME = "llmb.lock.json"
@@ -99,26 +99,8 @@ def read_lock(path: Path) -> dict[str, Any]:
 
 
 def write_lock(path: Path, doc: dict[str, Any]) -> bool:
-    """Write the lock atomically (temp file + rename); False when the content is already there."""
-    text = json.dumps(doc, indent=2, sort_keys=True) + "\n"
-    try:
-        if path.read_text(encoding="utf-8") == text:
-            return False
-    except OSError:
-        pass
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=str(path.parent))
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    return True
+    """Write the lock atomically (llmb.fsutil); False when the content is already there."""
+    return write_text_if_changed(path, json.dumps(doc, indent=2, sort_keys=True) + "\n")
 
 
 def repin_requested(value: Any = None, env: dict[str, str] | None = None) -> bool:

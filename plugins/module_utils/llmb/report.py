@@ -3,19 +3,11 @@
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 
+from .fsutil import atomic_write_text
+
 STAGE_ORDER = ["preflight", "verify", "engine", "weights", "ssh_mesh", "serve", "bench"]
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
 
 
 def collect(run_dir: Path) -> dict:
@@ -62,6 +54,6 @@ def render_md(rep: dict) -> str:
 def write_report(run_dir: str) -> dict:
     rd = Path(run_dir)
     rep = collect(rd)
-    _atomic_write(rd / "report.json", json.dumps(rep, indent=2) + "\n")
-    _atomic_write(rd / "report.md", render_md(rep))
+    atomic_write_text(rd / "report.json", json.dumps(rep, indent=2) + "\n")
+    atomic_write_text(rd / "report.md", render_md(rep))
     return rep

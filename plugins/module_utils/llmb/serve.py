@@ -1,6 +1,7 @@
 """Serve-stage logic shared by the node-side modules (stdlib only, Python 3.9+).
 
-- systemd_exec(argv): an ExecStart= line that systemd splits back into exactly argv.
+- systemd_unit(svc, etc_dir), environment_file(svc): the unit and EnvironmentFile of a plan
+  service, every value quoted by .quoting (systemd_exec(argv): an Exec line's value).
 - docker_run_argv(spec): the `docker run` argv for a container service of the launch plan.
 - spec_hash(spec): a stable hash recorded as a container label, so a changed plan recreates
   only the containers whose spec changed.
@@ -15,26 +16,76 @@ import os
 import re
 
 from .procnet import TCP_ESTABLISHED, addr, read_tables, rows, socket_inodes
+from .quoting import (
+    QuotingError,
+    absolute_path,
+    env_assignment,
+    systemd_exec,
+    unit_name,
+    unit_value,
+)
+
+__all__ = ["QuotingError", "systemd_exec"]  # re-exported: the filter and older callers import them from here
 
 SPEC_LABEL = "io.llm-bringup.spec-hash"
 
 
-def _systemd_quote(arg: str) -> str:
-    # systemd: specifiers (%) and variable expansion ($) must be doubled; quotes and
-    # backslashes escaped inside a double-quoted word.
-    s = str(arg).replace("%", "%%").replace("$", "$$")
-    if s and all(c.isalnum() or c in "-_./:=,+@" for c in s):
-        return s
-    s = s.replace("\\", "\\\\").replace('"', '\\"')
-    return f'"{s}"'
+# --- unit and environment files ------------------------------------------------------------
+# The lines of the files the serve role writes for a systemd/mpirun service, every value quoted by
+# .quoting (the role's templates only add the ansible_managed header). A value that cannot be
+# written raises QuotingError naming the service and the field: the role fails before a node
+# gets a unit that loads as something else.
+#
+# Why an EnvironmentFile and not Environment= lines: the unit is world-readable (0644) and the
+# environment may hold tokens (the env file is 0600), and a changed env file alone restarts only
+# its service. Its syntax (NAME="value", \\ \" \$ \` escaped) reads back the same in systemd
+# and in `sh`.
+
+UNIT_SERVICE_SETTINGS = (
+    "Restart=on-failure",
+    "RestartSec=10",
+    "KillMode=mixed",
+    "TimeoutStopSec=60",
+    "LimitNOFILE=1048576",
+    "LimitMEMLOCK=infinity",
+    "StandardOutput=journal",
+    "StandardError=journal",
+)
 
 
-def systemd_exec(argv: list[str]) -> str:
-    if not argv:
-        raise ValueError("empty argv")
-    if not str(argv[0]).startswith("/"):
-        raise ValueError(f"ExecStart needs an absolute path, got {argv[0]!r}")
-    return " ".join(_systemd_quote(a) for a in argv)
+def systemd_unit(svc: dict, etc_dir: str) -> str:
+    """Body of /etc/systemd/system/<name>.service for a plan service (kind systemd or mpirun)."""
+    name = unit_name(svc.get("name"), "service name")
+    role = svc.get("role") or name
+    env_file = absolute_path(
+        f"{str(etc_dir).rstrip('/')}/{name}.env", f"service {name}: EnvironmentFile (serve_etc_dir)"
+    )
+    lines = [
+        "[Unit]",
+        f"Description={unit_value(f'llm-bringup {role} ({name})', f'service {name}: Description (role)')}",
+        "After=network-online.target",
+        "Wants=network-online.target",
+        "StartLimitIntervalSec=0",
+        "",
+        "[Service]",
+        "Type=simple",
+        f"EnvironmentFile={env_file}",
+        f"ExecStart={systemd_exec(svc.get('argv'), name, 'ExecStart')}",
+    ]
+    if svc.get("stop_argv"):
+        lines.append(f"ExecStop={systemd_exec(svc['stop_argv'], name, 'ExecStop')}")
+    lines += [*UNIT_SERVICE_SETTINGS, f"SyslogIdentifier={name}", "", "[Install]", "WantedBy=multi-user.target"]
+    return "\n".join(lines) + "\n"
+
+
+def environment_file(svc: dict) -> str:
+    """Body of <serve_etc_dir>/<name>.env: one NAME="value" line per variable, sorted by name
+    ignoring case (the order Jinja's dictsort gave before)."""
+    name = unit_name(svc.get("name"), "service name")
+    env = svc.get("env") or {}
+    if not isinstance(env, dict):
+        raise QuotingError(f"service {name}: environment: expected a mapping, found {env!r}")
+    return "".join(env_assignment(k, env[k], name) + "\n" for k in sorted(env, key=lambda k: (str(k).lower(), str(k))))
 
 
 def spec_hash(spec: dict) -> str:

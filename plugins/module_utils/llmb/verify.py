@@ -9,8 +9,6 @@ Pure Python, no Ansible imports. Profiles come from llmb.catalog (PyYAML, contro
 from __future__ import annotations
 
 import fnmatch
-import json
-import os
 import re
 from itertools import combinations
 
@@ -92,7 +90,9 @@ def _tool_errors(facts, kind):
 # --------------------------------------------------------------------------- checks
 
 
-def verify(facts: dict, profile: dict, waive: list[str] | tuple = ()) -> list[dict]:
+def verify(facts: dict, profile: dict, waive: list[str] | tuple = (), engine: dict | None = None) -> list[dict]:
+    """Every check of one node. ``engine``: {"release": "vllm 0.23.0", "requirements": {...}} of the
+    chosen engine release (its generated set's requirements) adds engine.driver."""
     vendor = profile["vendor"]
     tools = TOOLS[vendor]
     checks: list[dict] = []
@@ -106,6 +106,18 @@ def verify(facts: dict, profile: dict, waive: list[str] | tuple = ()) -> list[di
             add(_check(f"probe.{e['probe']}", False, f"`{e.get('cmd') or kind}` runs and its output parses",
                        e["error"], f"run `{e.get('cmd') or kind}` on the node: a missing tool, a driver / library "
                        "mismatch or a hung device shows there; reinstall the driver package if the tool is missing"))
+
+    # Captures read but found damaged (cut short, counts that disagree with their own header, ...).
+    reported = {c["id"][len("probe."):] for c in checks}
+    by_probe: dict = {}
+    for e in facts.get("errors", []):
+        if e.get("capture") and e["probe"] not in reported:
+            by_probe.setdefault(e["probe"], []).append(e)
+    for probe, errs in by_probe.items():
+        more = f" (and {len(errs) - 1} more)" if len(errs) > 1 else ""
+        add(_check(f"capture.{probe}", False, f"`{errs[0].get('cmd') or errs[0]['kind']}` output complete and consistent",
+                   errs[0]["error"] + more, "re-run the command on the node and capture its whole output; "
+                   "`scripts/hwfacts FILE` lists every problem with its line"))
 
     add(_check("vendor", facts.get("vendor") == vendor, vendor, facts.get("vendor") or "no accelerator tool found",
                f"no {vendor} management tool answered; install the driver / tools or pick the right llmb_platform"))
@@ -139,6 +151,8 @@ def verify(facts: dict, profile: dict, waive: list[str] | tuple = ()) -> list[di
                        "`npu-smi info -t health -i N` shows the alarm; clear it or replace the card"))
 
     _driver(checks, facts, profile)
+    if engine:
+        _engine_driver(checks, facts, engine)
     _matrix(checks, facts, profile, devs)
     _links(checks, facts, profile, devs)
     _numa(checks, facts, profile, devs)
@@ -171,6 +185,25 @@ def _driver(checks, facts, profile):
     }[profile["vendor"]]
     checks.append(_check("driver.version", bool(ok), f">= {minimum}",
                          found if found else "not reported", hint))
+
+
+def _engine_driver(checks, facts, engine):
+    """The chosen engine release's CUDA major needs a driver of that generation (enginecat.requirements)."""
+    from .enginecat.requirements import driver_problem
+
+    req = engine.get("requirements") or {}
+    release = engine.get("release") or "the chosen engine release"
+    if facts.get("vendor") != "nvidia" or req.get("cuda_major") is None:
+        return
+    found = facts.get("driver_version")
+    problem = driver_problem(found, req["cuda_major"]) if found else {"found": "not reported"}
+    need = req.get("nvidia_driver_min") or "?"
+    checks.append(_check("engine.driver", problem is None,
+                         f"NVIDIA driver >= {need} for {release} (links libcudart.so.{req['cuda_major']})",
+                         found or "not reported",
+                         f"{release} needs CUDA {req['cuda_major']}: install NVIDIA driver >= {need} and reboot, "
+                         "or choose an engine release built for this driver (llmb_engine_version; "
+                         "`scripts/launch-plan --engine-versions`)"))
 
 
 def _expected_labels(profile, a, b, by_name):
@@ -451,16 +484,6 @@ def report_lines(results: list[dict]) -> list[str]:
         if r.get("unreachable"):
             lines.append(f"{r['host']}: reachable: expected the host to answer, found {r['unreachable']}.")
     return lines
-
-
-def write_json(path: str, data) -> None:
-    """Write JSON atomically (a reader never sees half a file)."""
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    tmp = f"{path}.tmp.{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(data, fh, indent=2)
-        fh.write("\n")
-    os.replace(tmp, path)
 
 
 # --------------------------------------------------------------------------- bandwidth acceptance

@@ -12,11 +12,8 @@ import threading
 import time
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 
 import pytest
-from hfserver.genmodel import generate
-from hfserver.server import Running
 from llmb import pins
 
 REPO_ID = "llmb-test/kimi-k2-sim"
@@ -30,19 +27,7 @@ def free_port() -> int:
 
 
 # ----------------------------------------------------------------------------- servers
-
-
-@pytest.fixture(scope="module")
-def hub_root(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("hub")
-    generate(root / REPO_ID)
-    return root
-
-
-@pytest.fixture
-def hub(hub_root):
-    with Running(hub_root) as h:
-        yield h
+# hub_root, hub (the test hub serving the generated model): tests/unit/module_utils/conftest.py
 
 
 def _put_blob(base: str, name: str, data: bytes) -> str:

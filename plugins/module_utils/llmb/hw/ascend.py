@@ -107,16 +107,14 @@ def parse_npu_topo(text: str) -> dict:
     )
     require_rows(kind, columns, rows)
     devices = []
-    for name, _cells, extras, _ln in rows:
+    for name, _cells, extras, ln in rows:
         values = dict(zip(affinity, extras, strict=False))
         cpu = values.get("CPU Affinity")
-        devices.append(
-            {
-                "name": name,
-                "index": int(re.sub(r"\D", "", name)),
-                "cpu_affinity": parse_cpulist(cpu, kind) if cpu and na(cpu) else None,
-            }
-        )
+        try:
+            cpus = parse_cpulist(cpu, kind) if cpu and na(cpu) else None
+        except ParseError as exc:
+            raise ParseError(kind, f"row {name}: {exc.reason}", ln) from None
+        devices.append({"name": name, "index": int(re.sub(r"\D", "", name)), "cpu_affinity": cpus})
     links, _ = links_from_rows(columns, rows)
     return {"kind": kind, "devices": devices, "links": links}
 

@@ -10,8 +10,9 @@ from __future__ import annotations
 import os
 import re
 
-from ._text import ParseError, split_capture
-from .kinds import KINDS, detect_kind
+from ._text import Finding, ParseError, split_capture
+from .check import parse_checked
+from .kinds import detect_kind
 
 _HCCN_CMD = re.compile(r"hccn_tool\s+-i\s+(\d+)\s+-(\w+)")
 
@@ -47,12 +48,20 @@ def _parse_all(probes: list[dict]):
             m = _HCCN_CMD.search(pr.get("cmd") or "")
             if m:
                 kwargs["device"] = int(m.group(1))
-        try:
-            result = KINDS[kind][0](pr.get("stdout") or "", **kwargs)
-        except ParseError as exc:
-            errors.append({"probe": pr["name"], "kind": kind, "cmd": pr.get("cmd"), "error": str(exc),
-                           "rc": pr.get("rc")})
+        res = parse_checked(pr.get("stdout") or "", kind, command=pr.get("cmd") or "", **kwargs)
+        # "capture": the output was read and found damaged; "line" is a line of the bundle file (of the
+        # probe's output when it comes from a live run: line_offset 0).
+        off = pr.get("line_offset", 0)
+        found = [Finding(f.severity, f.line + off if f.line else None, f.text, f.message) for f in res.errors]
+        if res.facts is None:
+            errors.append({"probe": pr["name"], "kind": kind, "cmd": pr.get("cmd"), "rc": pr.get("rc"),
+                           "error": f"{kind}: " + "; ".join(str(f) for f in found),
+                           "line": found[0].line, "capture": True})
             continue
+        result = res.facts
+        for f in found:
+            errors.append({"probe": pr["name"], "kind": kind, "cmd": pr.get("cmd"), "parsed": True,
+                           "error": f"{kind}: {f}", "line": f.line, "capture": True})
         if pr.get("rc") not in ok_rcs:
             errors.append({"probe": pr["name"], "kind": kind, "cmd": pr.get("cmd"), "parsed": True,
                            "error": f"exit status {pr.get('rc')} (output parsed): {(pr.get('stderr') or '').strip()[:200]}"})
@@ -337,7 +346,7 @@ def read_bundle(directory: str) -> list[dict]:
             continue
         path = os.path.join(directory, fname)
         with open(path, encoding="utf-8", errors="replace") as fh:
-            text = fh.read()
+            text = fh.read().removeprefix("\ufeff")  # a byte order mark would hide the capture header
         meta, body = split_capture(text)
         try:
             kind = detect_kind(text)
@@ -349,5 +358,6 @@ def read_bundle(directory: str) -> list[dict]:
         else:
             ok_rcs = [0]
         probes.append({"name": fname[:-4], "kind": kind, "cmd": meta.get("command", ""), "rc": rc if isinstance(rc, int) else 0,
-                       "stdout": body, "stderr": meta.get("stderr", ""), "ok_rcs": ok_rcs})
+                       "stdout": body, "stderr": meta.get("stderr", ""), "ok_rcs": ok_rcs,
+                       "line_offset": text.count("\n") - body.count("\n")})
     return probes

@@ -16,20 +16,21 @@ from ._text import ParseError, clean_lines, na, parse_cpulist, to_int
 def parse_numactl(text: str) -> dict:
     """`numactl -H` / `numactl --hardware`."""
     kind = "numactl"
-    lines = [ln for ln in clean_lines(text) if ln.strip()]
+    numbered = [(n, ln) for n, ln in enumerate(clean_lines(text), 1) if ln.strip()]
+    lines = [ln for _, ln in numbered]
     if not lines:
         raise ParseError(kind, "empty output")
     if any("No NUMA available" in ln for ln in lines):
         return {"kind": kind, "available": 0, "nodes": [], "distances": [], "warnings": ["No NUMA available"]}
     m = re.match(r"^available:\s+(\d+) nodes?\s+\(([^)]*)\)", lines[0].strip())
     if not m:
-        raise ParseError(kind, f"first line is not 'available: N nodes (...)': {lines[0].strip()!r}", 1)
+        raise ParseError(kind, f"first line is not 'available: N nodes (...)': {lines[0].strip()!r}", numbered[0][0])
     available = int(m.group(1))
     node_ids = parse_cpulist(m.group(2), kind)
     nodes: dict[int, dict] = {n: {"node": n, "cpus": None, "size_mb": None, "free_mb": None} for n in node_ids}
     distances: list[list[int]] = []
     dist_cols: list[int] | None = None
-    for n, raw in enumerate(lines[1:], 2):
+    for n, raw in numbered[1:]:
         s = raw.strip()
         m = re.match(r"^node (\d+) cpus:\s*(.*)$", s)
         if m:

@@ -188,6 +188,11 @@ def _detect_content(body: str) -> str | None:
     return None
 
 
+def detect_content(body: str) -> str | None:
+    """Kind of a tool output judged from the output alone (None: no opinion)."""
+    return _detect_content(body)
+
+
 def detect_kind(text: str) -> str:
     """Kind of a capture: from its `# command:` header line when present, else from the content."""
     meta, body = split_capture(text)

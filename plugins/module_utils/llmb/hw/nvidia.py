@@ -41,25 +41,13 @@ def parse_topo(text: str) -> dict:
 
     gpus = []
     raw_cpu: dict[str, str] = {}
-    for name, _cells, extras, _ln in rows:
+    for name, _cells, extras, ln in rows:
         if not name.startswith("GPU"):
             continue
-        values = dict(zip(affinity, extras, strict=False))
-        cpu_raw = values.get("CPU Affinity")
-        numa_raw = values.get("NUMA Affinity")
-        entry = {"index": int(name[3:]), "cpu_affinity": None, "numa_affinity": None, "gpu_numa_id": None}
-        if cpu_raw is not None and na(cpu_raw) is not None:
-            if cpu_raw[0] in "-,":
-                warnings.append(f"{name}: CPU Affinity {cpu_raw!r} is clipped at the left (narrow-terminal copy)")
-            else:
-                entry["cpu_affinity"] = parse_cpulist(cpu_raw, kind)
-                raw_cpu[name] = cpu_raw
-        if numa_raw is not None and na(numa_raw) is not None:
-            entry["numa_affinity"] = parse_cpulist(numa_raw, kind)
-        if values.get("GPU NUMA ID") is not None:
-            entry["gpu_numa_id"] = to_int(values["GPU NUMA ID"], kind)
-        entry["_numa_raw"] = numa_raw
-        gpus.append(entry)
+        try:
+            gpus.append(_topo_gpu(kind, name, dict(zip(affinity, extras, strict=False)), warnings, raw_cpu))
+        except ParseError as exc:
+            raise ParseError(kind, f"row {name}: {exc.reason}", ln) from None
 
     # A value clipped exactly at a digit boundary still parses ('2-63,96-127' for '32-63,96-127'):
     # it shows as a proper suffix of another GPU's value on the same NUMA node.
@@ -100,6 +88,24 @@ def parse_topo(text: str) -> dict:
     if filled:
         warnings.append(f"{filled} matrix cells missing from rows (clipped columns) were filled from the reverse direction")
     return {"kind": kind, "gpus": gpus, "nics": nics, "links": links, "warnings": warnings}
+
+
+def _topo_gpu(kind: str, name: str, values: dict, warnings: list, raw_cpu: dict) -> dict:
+    cpu_raw = values.get("CPU Affinity")
+    numa_raw = values.get("NUMA Affinity")
+    entry = {"index": int(name[3:]), "cpu_affinity": None, "numa_affinity": None, "gpu_numa_id": None}
+    if cpu_raw is not None and na(cpu_raw) is not None:
+        if cpu_raw[0] in "-,":
+            warnings.append(f"{name}: CPU Affinity {cpu_raw!r} is clipped at the left (narrow-terminal copy)")
+        else:
+            entry["cpu_affinity"] = parse_cpulist(cpu_raw, kind)
+            raw_cpu[name] = cpu_raw
+    if numa_raw is not None and na(numa_raw) is not None:
+        entry["numa_affinity"] = parse_cpulist(numa_raw, kind)
+    if values.get("GPU NUMA ID") is not None:
+        entry["gpu_numa_id"] = to_int(values["GPU NUMA ID"], kind)
+    entry["_numa_raw"] = numa_raw
+    return entry
 
 
 def parse_topo_p2p(text: str) -> dict:
@@ -189,15 +195,16 @@ def _csv_key(header: str) -> tuple[str, str | None]:
 def parse_query(text: str) -> dict:
     """`nvidia-smi --query-gpu=... --format=csv` (with header; units are stripped into keys)."""
     kind = "nvidia-smi-query"
-    lines = [ln for ln in clean_lines(text) if ln.strip()]
-    if not lines:
+    numbered = [(n, ln) for n, ln in enumerate(clean_lines(text), 1) if ln.strip()]
+    if not numbered:
         raise ParseError(kind, "empty output (expected a CSV header line)")
-    headers = [h.strip() for h in lines[0].split(",")]
+    head_n, head = numbered[0]
+    headers = [h.strip() for h in head.split(",")]
     if not all(re.match(r"^[a-z_][a-z0-9_.]*(\s*\[.+\])?$", h) for h in headers):
-        raise ParseError(kind, f"first line is not a --query-gpu CSV header: {lines[0]!r}", 1)
+        raise ParseError(kind, f"first line is not a --query-gpu CSV header: {head!r}", head_n)
     keys = [_csv_key(h) for h in headers]
     gpus = []
-    for n, line in enumerate(lines[1:], 2):
+    for n, line in numbered[1:]:
         values = [v.strip() for v in line.split(", ")]
         if len(values) != len(keys):
             values = [v.strip() for v in line.split(",")]

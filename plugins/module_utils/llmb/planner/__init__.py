@@ -1,6 +1,6 @@
 """Launch planner: from an inventory to per-host services (argv, env, containers, order, health).
 
-Pure Python without Ansible imports; the filter plugin (plugins/filter/llmb_plan.py), the
+Pure Python without Ansible imports; the filter plugin (plugins/filter/llmb_deployment.py), the
 preflight playbook and scripts/launch-plan all call ``plan`` / ``check`` from here.
 """
 

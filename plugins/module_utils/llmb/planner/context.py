@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,47 +52,54 @@ def _bad_file(check: str, err: CatalogError, fix: str) -> Problem:
     return Problem(check=check, message=str(err), found=err.path, fix=fix)
 
 
+def _catalog_record(
+    check: str,
+    name: Any,
+    names: Callable[[], list[str]],
+    load: Callable[[str], Any],
+    problems: list[Problem],
+    *,
+    unknown: str,
+    fix: str,
+    bad_fix: str,
+    also_allowed: str = "",
+) -> Any:
+    """The catalog record ``name`` refers to (None when it is unset): a problem when ``name`` is not one
+    of ``names()`` (message ``unknown``) or when its file does not load (``bad_fix``)."""
+    if not name:
+        return None
+    known = names()
+    if name not in known:
+        problems.append(
+            Problem(check=check, message=unknown, found=name, expected=_listing(known) + also_allowed, fix=fix)
+        )
+        return None
+    try:
+        return load(name)
+    except CatalogError as err:
+        problems.append(_bad_file(check, err, bad_fix))
+        return None
+
+
 def resolve(dep: Deployment, data: Catalog) -> tuple[Context | None, list[Problem]]:
     v = dep.vars
     problems: list[Problem] = []
 
-    platform = None
     pname = v.get("llmb_platform")
-    if pname:
-        if pname not in data.platform_names():
-            problems.append(
-                Problem(
-                    check="platform",
-                    message=f"unknown platform {pname!r}",
-                    found=pname,
-                    expected=_listing(data.platform_names()),
-                    fix="set llmb_platform to one of the profiles in data/platforms/",
-                )
-            )
-        else:
-            try:
-                platform = data.platform(pname)
-            except CatalogError as err:
-                problems.append(_bad_file("platform", err, "fix the profile (docs/verify.md describes its keys)"))
+    platform = _catalog_record(
+        "platform", pname, data.platform_names, data.platform, problems,
+        unknown=f"unknown platform {pname!r}",
+        fix="set llmb_platform to one of the profiles in data/platforms/",
+        bad_fix="fix the profile (docs/verify.md describes its keys)",
+    )
 
-    model = None
     mname = v.get("llmb_model")
-    if mname:
-        if mname not in data.model_names():
-            problems.append(
-                Problem(
-                    check="model",
-                    message=f"no model profile data/models/{mname}.yml",
-                    found=mname,
-                    expected=_listing(data.model_names()),
-                    fix="set llmb_model to one of the profiles, or add data/models/<name>.yml",
-                )
-            )
-        else:
-            try:
-                model = data.model(mname)
-            except CatalogError as err:
-                problems.append(_bad_file("model", err, f"fix data/models/{mname}.yml"))
+    model = _catalog_record(
+        "model", mname, data.model_names, data.model, problems,
+        unknown=f"no model profile data/models/{mname}.yml",
+        fix="set llmb_model to one of the profiles, or add data/models/<name>.yml",
+        bad_fix=f"fix data/models/{mname}.yml",
+    )
 
     flagset = None
     engine = v.get("llmb_engine")
@@ -102,8 +110,8 @@ def resolve(dep: Deployment, data: Catalog) -> tuple[Context | None, list[Proble
         except CatalogError as err:
             problems.append(_bad_file("engine-version", err, "fix the flag set file"))
             versions = []
-        if version is None and len(versions) == 1:
-            version = versions[0]
+        if version is None and versions:
+            version = versions[-1]  # the default is the newest shipped release (oldest first)
         if version is None:
             problems.append(
                 Problem(
@@ -133,26 +141,16 @@ def resolve(dep: Deployment, data: Catalog) -> tuple[Context | None, list[Proble
                         )
                     )
 
-    preset = None
     preset_name = v.get("llmb_preset")
     if preset_name in ("none", ""):
         preset_name = None
-    if preset_name:
-        if preset_name not in data.preset_names():
-            problems.append(
-                Problem(
-                    check="preset",
-                    message=f"unknown tuning preset {preset_name!r}",
-                    found=preset_name,
-                    expected=_listing(data.preset_names()) + ", none",
-                    fix="set llmb_preset to one of the presets or to none",
-                )
-            )
-        else:
-            try:
-                preset = data.preset(preset_name)
-            except CatalogError as err:
-                problems.append(_bad_file("preset", err, f"fix data/presets/{preset_name}.yml"))
+    preset = _catalog_record(
+        "preset", preset_name, data.preset_names, data.preset, problems,
+        unknown=f"unknown tuning preset {preset_name!r}",
+        fix="set llmb_preset to one of the presets or to none",
+        bad_fix=f"fix data/presets/{preset_name}.yml",
+        also_allowed=", none",
+    )
 
     if problems or platform is None or model is None or flagset is None:
         return None, problems

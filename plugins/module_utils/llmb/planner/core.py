@@ -1,17 +1,22 @@
-"""plan(): inventory -> validated per-host launch plan (or PlanError listing every problem)."""
+"""plan(): inventory -> validated per-host launch plan (or PlanError listing every problem).
+
+A straight pipeline: read the inventory -> resolve its names into a context -> check the engine
+against the platform -> the engine module resolves the topology -> check it -> the engine's args
+-> its services -> check the plan. Each check adds its problems; a stage whose input is missing
+(no deployment, no context, no topology) stops the run with the problems found so far.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
 from ..catalog import Catalog
+from . import topology
 from .context import Context, resolve
-from .engines import common, sglang, trtllm, vllm
+from .engines import ENGINES, engine_for_vendor
 from .inventory import read_deployment
 from .model import HostPlan, PlanError, Problem
-from .validation import check_engine_platform, check_fit, check_model, check_ports, plan_topology
-
-ENGINE_PLANNERS = {"vllm": vllm, "vllm-ascend": vllm, "sglang": sglang, "trtllm": trtllm}
+from .validation import check_engine, check_plan, check_topology
 
 
 class Planned:
@@ -30,53 +35,52 @@ class Planned:
         return list(dict.fromkeys(self.ctx.notes))
 
 
-def check(hostvars: Any, groups: dict[str, Any], data_dir: str | None = None) -> list[Problem]:
+def check(
+    hostvars: Any, groups: dict[str, Any], data_dir: str | None = None, host_set: dict | None = None
+) -> list[Problem]:
     """Every problem of the inventory (empty when it can be planned)."""
     try:
-        plan_inventory(hostvars, groups, data_dir)
+        plan_inventory(hostvars, groups, data_dir, host_set=host_set)
     except PlanError as err:
         return err.problems
     return []
 
 
 def plan_inventory(
-    hostvars: Any, groups: dict[str, Any], data_dir: str | None = None, source: str = "inventory"
+    hostvars: Any,
+    groups: dict[str, Any],
+    data_dir: str | None = None,
+    source: str = "inventory",
+    host_set: dict | None = None,
 ) -> Planned:
-    data = Catalog(data_dir)
-    dep, problems = read_deployment(hostvars, groups)
+    """host_set: per host, the names set on the host itself (see inventory.py)."""
+    dep, problems = read_deployment(hostvars, groups, host_set)
     if dep is None or problems:
         raise PlanError(problems, source)
-    ctx, problems = resolve(dep, data)
+    ctx, problems = resolve(dep, Catalog(data_dir))
     if ctx is None:
         raise PlanError(problems, source)
-    problems = check_engine_platform(ctx)
-    problems += common.container_problems(ctx)
-    topo, topo_problems = plan_topology(ctx)
-    problems += topo_problems
-    if topo is None:
+    engine = ENGINES[ctx.engine]
+    problems = check_engine(ctx, engine.CAPS, engine_for_vendor(ctx.platform.vendor))
+    resolution = topology.resolve(ctx, engine)
+    found = check_topology(ctx, resolution)
+    problems += found
+    topo = resolution.topology
+    if topo is None or found:
         raise PlanError(problems, source)
-    planner = ENGINE_PLANNERS[ctx.engine]
-    ea, arg_problems = planner.engine_args(ctx, topo)
+    ea, arg_problems = engine.engine_args(ctx, topo)
     problems += arg_problems
-    problems += check_model(ctx, ea.values)
-    problems += check_fit(ctx, topo, ea.values)
-    if ctx.v["llmb_install"] == "container" and not common.default_image(ctx):
-        problems.append(
-            Problem(
-                "install",
-                f"no default image for {ctx.engine} on {ctx.platform.vendor}",
-                fix="set llmb_container_image",
-            )
-        )
-    hosts = planner.services(ctx, topo, ea)
-    problems += check_ports(ctx, hosts)
+    hosts = engine.services(ctx, topo, ea)
+    problems += check_plan(ctx, topo, ea.values, hosts)
     if problems:
         raise PlanError(problems, source)
-    ctx.notes.append(common.describe_topology(topo))
+    ctx.notes.append(topo.describe())
     ctx.notes.extend(ea.notes)
     return Planned(ctx, topo, hosts)
 
 
-def plan(hostvars: Any, groups: dict[str, Any], data_dir: str | None = None) -> list[dict[str, Any]]:
+def plan(
+    hostvars: Any, groups: dict[str, Any], data_dir: str | None = None, host_set: dict | None = None
+) -> list[dict[str, Any]]:
     """The launch plan as the JSON-ready list the serve role consumes."""
-    return plan_inventory(hostvars, groups, data_dir).to_list()
+    return plan_inventory(hostvars, groups, data_dir, host_set=host_set).to_list()

@@ -11,6 +11,7 @@ A flag set is one data/engines/<engine>-<version>.yml. The planner uses it to
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +21,15 @@ if TYPE_CHECKING:
     from ..catalog import Catalog
 
 VALUE_TYPES = {"int", "float", "str", "json", "choice", "list", "optional"}
+
+
+def _fraction_flag(engine: str) -> str | None:
+    """The flag whose value is a fraction of device memory (finite, in (0, 1]): the engine's
+    capabilities record says which (engines/<engine>.py CAPS.memory_fraction_flag)."""
+    from .engines import ENGINES  # the engine modules import this module
+
+    module = ENGINES.get(engine)
+    return module.CAPS.memory_fraction_flag if module is not None else None
 NO_VALUE_TYPES = {"flag", "bool"}
 
 
@@ -41,6 +51,12 @@ class FlagSet:
     planner_owned: list[str] = field(default_factory=list)
     defaults: dict[str, Any] = field(default_factory=dict)
     config_checks: list[dict[str, Any]] = field(default_factory=list)
+    # option strings of every shipped release of this engine (version -> strings), oldest first:
+    # the planner names the release that added or removed a flag the chosen one lacks
+    releases: dict[str, frozenset[str]] = field(default_factory=dict)
+    requirements: dict[str, Any] = field(default_factory=dict)
+    rewrites: list[dict[str, Any]] = field(default_factory=list)
+    allow_abbrev: bool = False
 
     def __post_init__(self) -> None:
         self._alias: dict[str, str] = {}
@@ -60,6 +76,21 @@ class FlagSet:
             dashed = "--" + token[2:].replace("_", "-")
             if dashed in self._alias:
                 return self._alias[dashed]
+        return self._abbrev(token, negated=False)
+
+    def _abbrev(self, token: str, negated: bool) -> str | None:
+        """argparse's allow_abbrev (recorded in the generated set): a unique prefix of one long option
+        (SGLang's --tp for --tp-size). Ambiguous or unknown prefixes give None."""
+        if not self.allow_abbrev or not token.startswith("--") or len(token) < 3:
+            return None
+        hits = {(canon, neg) for canon, spec in self.flags.items()
+                for s, neg in [(canon, False), *((a, False) for a in spec.get("aliases", [])),
+                               *((n, True) for n in spec.get("negation", []))]
+                if s.startswith("--") and s.startswith(token)}
+        if len(hits) == 1:
+            canon, neg = next(iter(hits))
+            if neg == negated:
+                return canon
         return None
 
     def resolve(self, token: str) -> tuple[str, bool] | None:
@@ -78,10 +109,32 @@ class FlagSet:
         keys = [token]
         if self.underscore_equivalent and token.startswith("--"):
             keys.append("--" + token[2:].replace("_", "-"))
+        if self.resolve(token) is not None:
+            return None  # this release still has it: no translation
         for key in keys:
             if key in self.renamed:
                 return key, self.renamed[key]
         return None
+
+    def changed_in(self, token: str) -> tuple[str, str] | None:
+        """('introduced' | 'removed', release) when another shipped release of the engine has
+        ``token`` and this one does not: the newer release that added it, or the first release
+        after the last one that had it."""
+        spellings = {token}
+        if self.underscore_equivalent and token.startswith("--"):
+            spellings.add("--" + token[2:].replace("_", "-"))
+        order = list(self.releases)
+        if self.version not in order:
+            return None
+        mine = order.index(self.version)
+        having = [i for i, v in enumerate(order) if spellings & self.releases[v]]
+        if not having:
+            return None
+        newer = [i for i in having if i > mine]
+        if newer:
+            return "introduced", order[newer[0]]
+        last = max(i for i in having if i < mine)
+        return "removed", order[last + 1]
 
     def takes_value(self, canon: str) -> bool:
         return self.flags[canon]["type"] in VALUE_TYPES
@@ -117,38 +170,90 @@ def load_flagset(data: Catalog, engine: str, version: str) -> FlagSet | None:
     return flagset_from_doc(data, name, doc)
 
 
-def flagset_from_doc(data: Catalog, name: str, doc: dict[str, Any]) -> FlagSet:
-    merged: dict[str, Any] = {}
-    if doc.get("extends"):
-        base = data.flagset_doc(doc["extends"])
-        if base is None:
-            raise ValueError(f"flag set {name} extends {doc['extends']}, which does not exist")
-        merged.update(base)
-        merged["flags"] = dict(base.get("flags", {}))
+def option_strings(doc: dict[str, Any]) -> frozenset[str]:
+    """Every option string of a generated set: canonical names, aliases, --no- forms."""
+    out: set[str] = set()
+    for canon, spec in (doc.get("flags") or {}).items():
+        out.add(canon)
+        out.update(spec.get("aliases") or [])
+        out.update(spec.get("negation") or [])
+    return frozenset(out)
+
+
+def _generated(data: Catalog, name: str, doc: dict[str, Any]) -> dict[str, Any]:
+    """The generated document, with ``extends`` (a set built on another one) resolved."""
+    if not doc.get("extends"):
+        return doc
+    base = data.flagset_doc(doc["extends"])
+    if base is None:
+        raise ValueError(f"flag set {name} extends {doc['extends']}, which does not exist")
+    merged = dict(base)
     for key, value in doc.items():
         if key not in ("flags_add", "flags_remove", "extends"):
             merged[key] = value
-    flags = dict(merged.get("flags", {}))
+    flags = dict(base.get("flags", {}))
     flags.update(doc.get("flags_add", {}))
     for gone in doc.get("flags_remove", []):
         flags.pop(gone, None)
+    merged["flags"] = flags
+    return merged
+
+
+def overlay_for(data: Catalog, engine: str, version: str) -> dict[str, Any]:
+    """The hand-kept overlay of an engine with its per-release section (``versions``) applied."""
+    overlay = dict(data.engine_overlay(engine))
+    per_release = (overlay.pop("versions", None) or {}).get(version) or {}
+    overlay.update(per_release)
+    return overlay
+
+
+def respell(flags: dict[str, dict[str, Any]], spelling: dict[str, str]) -> dict[str, dict[str, Any]]:
+    """The flags keyed by the spelling the planner writes (overlay ``spelling``: parser's canonical
+    option -> one of its aliases); the canonical option becomes an alias. Unknown entries are
+    ignored (a release without that option)."""
+    out = dict(flags)
+    for canon, want in (spelling or {}).items():
+        spec = out.get(canon)
+        if spec is None or want not in (spec.get("aliases") or []):
+            continue
+        new = dict(spec)
+        new["aliases"] = sorted({*(a for a in spec["aliases"] if a != want), canon})
+        del out[canon]
+        out[want] = new
+    return out
+
+
+def flagset_from_doc(data: Catalog, name: str, doc: dict[str, Any]) -> FlagSet:
+    """THE merge of a generated set (parser facts) and the engine's hand-kept overlay."""
+    gen = _generated(data, name, doc)
+    engine, version = str(gen["engine"]), str(gen["version"])
+    hand = overlay_for(data, engine, version)
+    releases: dict[str, frozenset[str]] = {}
+    for ver in data.flagset_versions(engine):
+        other = data.flagset_doc(f"{engine}-{ver}")
+        if other is not None:
+            releases[ver] = option_strings(_generated(data, f"{engine}-{ver}", other))
     return FlagSet(
-        engine=str(merged["engine"]),
-        version=str(merged["version"]),
+        engine=engine,
+        version=version,
         name=name,
-        style=str(merged.get("style", "argparse")),
-        flags=flags,
-        renamed=dict(merged.get("renamed", {})),
-        underscore_equivalent=bool(merged.get("underscore_equivalent", False)),
-        positional=merged.get("positional"),
-        command=list(merged.get("command", [])),
-        images=dict(merged.get("images", {})),
-        image_suffix_by_platform=dict(merged.get("image_suffix_by_platform", {})),
-        supports_model_types=list(merged.get("supports_model_types", [])),
-        parsers=dict(merged.get("parsers", {})),
-        planner_owned=list(merged.get("planner_owned", [])),
-        defaults=dict(merged.get("defaults", {})),
-        config_checks=list(merged.get("config_checks", [])),
+        style=str(gen.get("style", "argparse")),
+        flags=respell(dict(gen.get("flags", {})), hand.get("spelling") or {}),
+        renamed=dict(hand.get("renamed", {})),
+        underscore_equivalent=bool(gen.get("underscore_equivalent", False)),
+        positional=gen.get("positional"),
+        command=list(gen.get("command", [])),
+        images=dict(hand.get("images", {})),
+        image_suffix_by_platform=dict(hand.get("image_suffix_by_platform", {})),
+        supports_model_types=list(hand.get("supports_model_types", [])),
+        parsers=dict(gen.get("parsers", {})),
+        planner_owned=list(hand.get("planner_owned", [])),
+        defaults=dict(hand.get("defaults", {})),
+        config_checks=list(hand.get("config_checks", [])),
+        releases=releases,
+        requirements=dict(gen.get("requirements") or {}),
+        rewrites=list(gen.get("rewrites") or []),
+        allow_abbrev=bool(gen.get("allow_abbrev", False)),
     )
 
 
@@ -164,9 +269,60 @@ class EngineArgs:
         self.values: dict[str, Any] = {}
         self.origin: dict[str, str] = {}
         self.unchecked: dict[str, Any] = {}  # raw spelling -> value, passed through verbatim
-        self.allow_unchecked = {u if u.startswith("-") else "--" + u for u in (unchecked or [])}
         self.problems: list[Problem] = []
         self.notes: list[str] = []
+        self.allow_unchecked: set[str] = set()
+        for raw in unchecked or []:
+            spelled = str(raw) if str(raw).startswith("-") else "--" + str(raw)
+            owned = self._owned_spelling(spelled.partition("=")[0])
+            if owned is not None or "=" in spelled:
+                self.problems.append(
+                    Problem(
+                        check="engine-flag-owned" if owned else "engine-flag-value",
+                        message=f"{spelled} may not be given in llmb_engine_flags_unchecked: "
+                        + (
+                            f"it is {owned}, which the planner sets from the inventory"
+                            if owned
+                            else "it holds a name, not a value"
+                        ),
+                        found=f"{spelled} in llmb_engine_flags_unchecked",
+                        expected="names of flags the pinned flag set lacks",
+                        fix=f"remove it and set {_owner(owned)} instead"
+                        if owned
+                        else f"list {spelled.partition('=')[0]} and give its value in llmb_engine_args",
+                    )
+                )
+                continue
+            known = self.fs.resolve(spelled)
+            if known is not None:  # the flag set has it: its value is checked (memory fit included)
+                self.problems.append(
+                    Problem(
+                        check="engine-flag-value",
+                        message=f"{spelled} is a flag of {self.fs.engine} {self.fs.version} ({known[0]}); "
+                        "llmb_engine_flags_unchecked is for flags the pinned flag set lacks",
+                        found=f"{spelled} in llmb_engine_flags_unchecked",
+                        expected="names of flags the pinned flag set lacks",
+                        fix=f"remove {spelled} from llmb_engine_flags_unchecked; "
+                        "give its value in llmb_engine_args",
+                    )
+                )
+                continue
+            self.allow_unchecked.add(spelled)
+
+    def _owned_spelling(self, spelled: str) -> str | None:
+        """The planner-owned flag this spelling means (any alias, _ or -, renamed), else None."""
+        bare = spelled.lstrip("-")
+        candidates = [spelled, "--" + bare.replace("_", "-"), "--" + bare.replace("-", "_")]
+        for cand in candidates:
+            renamed = self.fs.rename_of(cand)
+            if renamed and renamed[1].get("to"):
+                cand = renamed[1]["to"]
+            resolved = self.fs.resolve(cand)
+            if resolved and resolved[0] in self.fs.planner_owned:
+                return resolved[0]
+            if cand in self.fs.planner_owned:
+                return cand
+        return None
 
     def set(self, canon: str, value: Any, origin: str) -> None:
         if canon not in self.fs.flags:
@@ -217,10 +373,41 @@ class EngineArgs:
             )
             spelled = target
         if spelled in self.allow_unchecked:
+            if isinstance(value, dict) or (
+                isinstance(value, (list, tuple)) and any(isinstance(v, (list, tuple, dict)) for v in value)
+            ):
+                self.problems.append(
+                    Problem(
+                        check="engine-flag-value",
+                        message=f"{spelled} (unchecked) needs a scalar value or a list of scalars",
+                        found=f"{spelled}={value!r} in {origin}",
+                        expected="a string, a number, true/false or a list of them",
+                        fix=f"give {spelled[2:]} one value (JSON text for structured values)",
+                    )
+                )
+                return
             self.unchecked[spelled] = value
             self.notes.append(f"{spelled} ({origin}) passed through unchecked (llmb_engine_flags_unchecked)")
             return
         resolved = self.fs.resolve(spelled)
+        if resolved is None and self.fs.changed_in(spelled) is not None:
+            how, release = self.fs.changed_in(spelled)  # type: ignore[misc]
+            if how == "introduced":
+                fix = (f"set llmb_engine_version to {release} or newer (data/engines/{self.fs.engine}-"
+                       f"{release}.yml), or remove it")
+            else:
+                fix = "remove it, or pin a release before " + release
+            self.problems.append(
+                Problem(
+                    check="engine-flag-unknown",
+                    message=f"{spelled} is not a flag of {self.fs.engine} {self.fs.version}: it was {how} in "
+                    f"{self.fs.engine} {release}; the engine would exit at start with 'unrecognized arguments'",
+                    found=f"{spelled} in {origin}",
+                    expected=f"one of the flags in data/engines/{self.fs.name}.yml",
+                    fix=fix,
+                )
+            )
+            return
         if resolved is None:
             self.problems.append(
                 Problem(
@@ -239,6 +426,20 @@ class EngineArgs:
             return
         kind = self.fs.flags[canon]["type"]
         if negated:
+            if value is False:
+                said = token if token.startswith("-") else "--" + token
+                self.problems.append(
+                    Problem(
+                        check="engine-flag-value",
+                        message=f"{said}: false is a double negation; {spelled} turns {canon} off "
+                        f"and takes no value",
+                        found=f"{said}=false in {origin}",
+                        expected=f"{canon[2:]}: true or {canon[2:]}: false",
+                        fix=f"to turn it on write {canon[2:]}: true (renders {canon}); to turn it off write "
+                        f"{canon[2:]}: false (renders {spelled})",
+                    )
+                )
+                return
             if value not in (True, None):
                 self.problems.append(
                     Problem(
@@ -349,6 +550,16 @@ def _check_value(fs: FlagSet, canon: str, value: Any, origin: str) -> Problem | 
     bad = None
     if value is None and kind != "optional":
         bad = "a value"
+    elif isinstance(value, dict) and kind != "json":
+        bad = "one value, not a mapping"
+    elif isinstance(value, (list, tuple)) and kind not in ("list", "json"):
+        bad = "one value, not a list (a list would reach argv as Python text)"
+    elif kind == "list" and any(isinstance(v, (list, tuple, dict)) or v is None for v in (
+        value if isinstance(value, (list, tuple)) else [value]
+    )):
+        bad = "a list of single values (strings or numbers)"
+    elif isinstance(value, bool) and kind not in ("json",):
+        bad = "a value, not true/false"
     elif kind == "int":
         try:
             int(str(value))
@@ -356,13 +567,16 @@ def _check_value(fs: FlagSet, canon: str, value: Any, origin: str) -> Problem | 
             bad = "an integer"
     elif kind == "float":
         try:
-            float(str(value))
+            number = float(str(value))
         except ValueError:
             bad = "a number"
+        else:
+            if not math.isfinite(number):
+                bad = "a finite number"
+            elif canon == _fraction_flag(fs.engine) and not 0 < number <= 1:
+                bad = "a fraction of device memory greater than 0 and at most 1"
     elif kind == "choice" and str(value) not in spec.get("choices", []):
         bad = f"one of {spec.get('choices')}"
-    if isinstance(value, bool) and kind not in ("json",):
-        bad = bad or "a value, not true/false"
     if bad is None:
         return None
     return Problem(
@@ -372,6 +586,12 @@ def _check_value(fs: FlagSet, canon: str, value: Any, origin: str) -> Problem | 
         expected=bad,
         fix=f"give {canon[2:]} {bad}",
     )
+
+
+def _owner(canon: str | None) -> str:
+    from .engines.common import OWNER_HINT  # the planner-owned flags' variables, kept with the engines
+
+    return OWNER_HINT.get(canon or "", "the matching llmb_* variable")
 
 
 def _suggest(fs: FlagSet, token: str) -> str:

@@ -46,22 +46,6 @@ GIB = 1024**3
 # calibrated on seed 003's TP8 log (10.31 GiB measured), see the module docstring.
 NON_KV_HEADROOM_GIB = 10.0
 
-# engine -> (flag that caps device memory use, default when not given, what the fraction covers)
-MEMORY_FRACTION: dict[str, tuple[str, float]] = {
-    "vllm": ("--gpu-memory-utilization", 0.9),
-    "vllm-ascend": ("--gpu-memory-utilization", 0.9),
-    "sglang": ("--mem-fraction-static", 0.9),
-    "trtllm": ("--kv_cache_free_gpu_memory_fraction", 0.9),
-}
-# engine -> flag that sets the longest sequence (default: the model's max_position_embeddings)
-MAX_LEN_FLAG = {
-    "vllm": "--max-model-len",
-    "vllm-ascend": "--max-model-len",
-    "sglang": "--context-length",
-    "trtllm": "--max_seq_len",
-}
-# engine -> flag of the KV cache element type; "auto" (or absent) is the model's dtype
-KV_DTYPE_FLAG = {"vllm": "--kv-cache-dtype", "vllm-ascend": "--kv-cache-dtype", "sglang": "--kv-cache-dtype"}
 KV_DTYPE_BYTES = {
     "auto": None,
     "bfloat16": 2,
@@ -99,6 +83,7 @@ class MemoryFit:
     max_len_flag: str
     kv_tokens: int  # per instance (DCP already multiplied in)
     engine: str
+    memory_model: str  # what the fraction covers (capabilities.EngineCaps.memory_model)
 
     @property
     def budget_bytes(self) -> float:
@@ -121,7 +106,7 @@ class MemoryFit:
             f" = {w / 1e9:,.1f} GB per device ({_gib(w)})"
         )
         frac = f"{self.fraction:g} ({self.fraction_flag})"
-        if self.engine == "trtllm":
+        if self.memory_model == "free":
             avail = (
                 f"({self.device_gib:.1f} GiB - {weights} - headroom {self.headroom_gib:.1f} GiB) x {frac}"
                 f" = KV {_gib(self.kv_available_bytes)}"
@@ -184,6 +169,14 @@ def _number(value: Any) -> float | None:
     return out if math.isfinite(out) else None
 
 
+def _caps(engine: str) -> Any:
+    """The engine's capabilities record (engines/<engine>.py CAPS): the one place that says which
+    flags cap memory and sequence length and what the memory fraction covers."""
+    from .engines import ENGINES  # the engine modules import this module through validation
+
+    return ENGINES[engine].CAPS
+
+
 def weights_per_device(
     total_bytes: float, engine: str, tp: int, pp: int, dp: int, expert_parallel: bool
 ) -> tuple[float, int, str]:
@@ -195,7 +188,7 @@ def weights_per_device(
     """
     shards = tp * pp
     how = f"TP {tp} x PP {pp}"
-    if engine in ("vllm", "vllm-ascend") and expert_parallel and dp > 1:
+    if _caps(engine).expert_parallel == "switch" and expert_parallel and dp > 1:
         shards *= dp
         how += f" x DP {dp} (expert parallel)"
     return total_bytes / shards, shards, how
@@ -250,8 +243,9 @@ def estimate(
     total = _number(model.get("total_size_bytes"))
     if not total or total <= 0:
         return None, [], [f"model {model_name}: no total_size_bytes in the profile; memory fit not checked"]
-    flag, default = MEMORY_FRACTION.get(engine, ("--gpu-memory-utilization", 0.9))
-    raw = engine_args.get(flag, default)
+    caps = _caps(engine)
+    flag, default = caps.memory_fraction_flag, caps.memory_fraction_default
+    raw = engine_args.get(flag, default) if flag else default
     frac = _number(raw)
     if frac is None or not 0 < frac <= 1:
         return (
@@ -270,19 +264,19 @@ def estimate(
         )
     w, shards, how = weights_per_device(total, engine, tp, pp, dp, expert_parallel)
     dev_bytes = device_gib * GIB
-    if engine == "sglang":
+    if caps.memory_model == "static":
         headroom = 0.0
         avail = dev_bytes * frac - w
-    elif engine == "trtllm":
+    elif caps.memory_model == "free":
         headroom = NON_KV_HEADROOM_GIB
         avail = (dev_bytes - w - headroom * GIB) * frac
     else:
         headroom = NON_KV_HEADROOM_GIB
         avail = dev_bytes * frac - w - headroom * GIB
-    len_flag = MAX_LEN_FLAG.get(engine, "--max-model-len")
+    len_flag = caps.max_len_flag or "--max-model-len"
     raw_len = engine_args.get(len_flag, model.get("max_position_embeddings"))
     max_len = _number(raw_len)
-    kv_flag = KV_DTYPE_FLAG.get(engine)
+    kv_flag = caps.kv_dtype_flag
     per_token = kv_per_token(model, engine_args.get(kv_flag) if kv_flag else None, pp)
     if isinstance(per_token, str) or max_len is None or max_len < 1:
         why = per_token if isinstance(per_token, str) else f"{len_flag} unknown ({raw_len!r})"
@@ -302,7 +296,7 @@ def estimate(
         return None, [], notes
     bpt, layers_rank, formula = per_token
     blocks = math.floor(max(avail, 0) / (bpt * KV_BLOCK_TOKENS))
-    dcp_eff = max(dcp, 1) if engine in ("vllm", "vllm-ascend") else 1
+    dcp_eff = max(dcp, 1) if caps.decode_context_parallel else 1
     fit = MemoryFit(
         device_model=device_model,
         device_gib=device_gib,
@@ -322,6 +316,7 @@ def estimate(
         max_len_flag=len_flag,
         kv_tokens=blocks * KV_BLOCK_TOKENS * dcp_eff,
         engine=engine,
+        memory_model=caps.memory_model,
     )
     if fit.fits:
         return fit, [], [fit.note()]
@@ -329,7 +324,7 @@ def estimate(
     # one sequence of KV): failing that, the engine refuses at start for certain. Failing only with
     # the calibrated headroom is a prediction (the non-KV peak depends on batch limits and release):
     # said as a warning with every term, not refused.
-    sure = avail + headroom * GIB * (frac if engine == "trtllm" else 1)
+    sure = avail + headroom * GIB * (frac if caps.memory_model == "free" else 1)
     sure_tokens = math.floor(max(sure, 0) / (bpt * KV_BLOCK_TOKENS)) * KV_BLOCK_TOKENS * dcp_eff
     if sure > 0 and sure_tokens >= fit.max_model_len:
         return (
@@ -381,13 +376,15 @@ def _fix(total: float, usable_per_device: float, per_node: int, len_flag: str | 
     return text + ", or raise the memory fraction, or choose a smaller checkpoint"
 
 
-def check_fit(ctx: Any, topo: Any, engine_args: dict[str, Any]) -> list[Problem]:
-    """The planner's memory-fit check: problems, and the prediction as a note on ctx.notes.
+def estimate_plan(
+    ctx: Any, topo: Any, engine_args: dict[str, Any]
+) -> tuple[MemoryFit | None, list[Problem], list[str]]:
+    """``estimate`` for a resolved context and topology (what the planner checks).
 
     A flag the plan leaves out takes the pinned release's default (its flag set's ``defaults``):
     vLLM 0.23.0 defaults --gpu-memory-utilization to 0.92, not 0.9 (its log on the lent H100)."""
     defaults = getattr(getattr(ctx, "flagset", None), "defaults", None) or {}
-    fit, problems, notes = estimate(
+    return estimate(
         model_name=ctx.model_name,
         model=ctx.model,
         engine=ctx.engine,
@@ -401,5 +398,10 @@ def check_fit(ctx: Any, topo: Any, engine_args: dict[str, Any]) -> list[Problem]
         expert_parallel=bool(ctx.v.get("llmb_expert_parallel")),
         devices_per_node=topo.devices_per_node,
     )
+
+
+def check_fit(ctx: Any, topo: Any, engine_args: dict[str, Any]) -> list[Problem]:
+    """The planner's memory-fit check: problems, and the prediction as a note on ctx.notes."""
+    _, problems, notes = estimate_plan(ctx, topo, engine_args)
     ctx.notes.extend(notes)
     return problems

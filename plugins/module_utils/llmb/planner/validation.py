@@ -1,253 +1,116 @@
-"""Preflight checks: parallelism against devices, engine/platform fit, model fit, ports, patches.
+"""Preflight checks: engine/platform fit, a resolved topology against devices, model fit, ports, patches.
 
 Every check returns Problems instead of raising, so that one preflight run lists everything
 that is wrong with an inventory, each with what was found, what was expected and the fix.
+The topology is resolved by the engine modules (engines/<engine>.py:topology); what an engine
+supports is read from its capabilities record (capabilities.py), never from its name.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Any
 
 from . import memory
+from .capabilities import EngineCaps
+from .containers import container_problems, default_image
 from .context import Context
 from .inventory import is_loopback
 from .model import HostPlan, Problem
+from .topology import DP_RANKS, EVEN_SPLIT, WHOLE_NODES, Resolution, Sizes, Topology
 
-# engine -> vendors it runs on in this toolkit
-ENGINE_VENDORS = {
-    "vllm": ("nvidia", "amd"),
-    "vllm-ascend": ("ascend",),
-    "sglang": ("nvidia", "amd"),
-    "trtllm": ("nvidia",),
-}
-# engine -> install kinds the planner can produce
-ENGINE_INSTALLS = {
-    "vllm": ("host", "container"),
-    "vllm-ascend": ("container",),
-    "sglang": ("host", "container"),
-    "trtllm": ("container",),
-}
+INSTALL_TEXT = {"container": "a container image", "host": "a host install"}
 
 
-@dataclass
-class Topology:
-    mode: str  # single | ray | dp | sglang | mpirun
-    nodes: int
-    devices_per_node: int
-    world: int  # devices used in total
-    per_node: int  # devices used per node
-    tp: int
-    pp: int
-    dp: int
-    dp_local: int
-    dcp: int
+def check_engine(ctx: Context, caps: EngineCaps, alternative: str) -> list[Problem]:
+    """The engine fits the platform and the install kind; the container variables are well-formed."""
+    return check_engine_platform(ctx, caps, alternative) + container_problems(ctx)
 
 
-def _positive(ctx: Context, key: str, value: Any, problems: list[Problem]) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        problems.append(
-            Problem(
-                "parallelism", f"{key} must be a positive integer", found=value, fix=f"set {key} to 1 or more"
-            )
-        )
-        return 1
-    return value
+def check_engine_platform(ctx: Context, caps: EngineCaps, alternative: str) -> list[Problem]:
+    """The engine runs on the platform's vendor and can be installed the way asked.
 
-
-def _too_few_devices(tp: int, pp: int, n: int, dev: int, devices_text: str) -> Problem:
-    """TP x PP asks for more devices than the inventory's nodes have."""
-    world = tp * pp
-    return Problem(
-        "parallelism",
-        f"TP x PP = {tp} x {pp} = {world} devices, but the inventory has {devices_text}",
-        found=f"llmb_tensor_parallel: {tp}, llmb_pipeline_parallel: {pp}",
-        expected=f"TP x PP <= {n * dev}",
-        fix=f"lower TP/PP, or add {math.ceil(world / dev) - n} node(s) to accel_nodes",
-    )
-
-
-def check_engine_platform(ctx: Context) -> list[Problem]:
+    alternative: the engine to suggest on this platform's vendor."""
     problems = []
-    vendors = ENGINE_VENDORS[ctx.engine]
-    if ctx.platform.vendor not in vendors:
-        alt = {"ascend": "vllm-ascend", "amd": "vllm", "nvidia": "vllm"}.get(ctx.platform.vendor, "vllm")
+    if ctx.platform.vendor not in caps.vendors:
         problems.append(
             Problem(
-                check="engine-platform",
-                message=f"{ctx.engine} does not run on {ctx.platform.name} ({ctx.platform.vendor} {ctx.platform.device_model})",
+                "engine-platform",
+                f"{ctx.engine} does not run on {ctx.platform.name} ({ctx.platform.vendor} {ctx.platform.device_model})",
                 found=f"llmb_engine: {ctx.engine}, llmb_platform: {ctx.platform.name}",
-                expected=f"a {'/'.join(vendors)} platform for {ctx.engine}",
-                fix=f"use llmb_engine: {alt} on {ctx.platform.name}",
+                expected=f"a {'/'.join(caps.vendors)} platform for {ctx.engine}",
+                fix=f"use llmb_engine: {alternative} on {ctx.platform.name}",
             )
         )
     install = ctx.v["llmb_install"]
-    if install not in ENGINE_INSTALLS[ctx.engine]:
+    if install not in caps.installs:
         problems.append(
             Problem(
-                check="install",
-                message=f"{ctx.engine} is deployed as a container image only (llmb_install: {install} was asked)",
+                "install",
+                f"{ctx.engine} is deployed as {' or '.join(INSTALL_TEXT[i] for i in caps.installs)} only "
+                f"(llmb_install: {install} was asked)",
                 found=f"llmb_install: {install}",
-                expected=" | ".join(ENGINE_INSTALLS[ctx.engine]),
-                fix="set llmb_install: container and llmb_container_image (or keep the default image)",
+                expected=" | ".join(caps.installs),
+                fix="set llmb_install: container and llmb_container_image (or keep the default image)"
+                if "container" in caps.installs
+                else f"set llmb_install: {caps.installs[0]}",
             )
         )
     return problems
 
 
-def plan_topology(ctx: Context) -> tuple[Topology | None, list[Problem]]:
-    v = ctx.v
-    problems: list[Problem] = []
-    dev = ctx.platform.device_count
-    n = len(ctx.dep.nodes)
-    tp = _positive(ctx, "llmb_tensor_parallel", v.get("llmb_tensor_parallel") or dev, problems)
-    pp = _positive(ctx, "llmb_pipeline_parallel", v["llmb_pipeline_parallel"], problems)
-    dp = _positive(ctx, "llmb_data_parallel", v["llmb_data_parallel"], problems)
-    dcp = _positive(ctx, "llmb_decode_context_parallel", v["llmb_decode_context_parallel"], problems)
-    if problems:
-        return None, problems
-    pname = ctx.platform.name
-    devices_text = f"{n} node{'s' if n != 1 else ''} x {dev} {ctx.platform.device_model} = {n * dev} devices"
+def check_topology(ctx: Context, res: Resolution) -> list[Problem]:
+    """The requested sizes against the engine, then the resolved topology against the devices.
 
-    if dcp > 1:
-        if ctx.engine not in ("vllm", "vllm-ascend"):
+    Any problem here stops the plan: there is no topology to build services on."""
+    if res.sizes is None:
+        return list(res.problems)
+    problems = check_sizes(ctx, res.caps, res.sizes) + res.problems
+    if res.topology is not None:
+        problems += check_resolved(ctx, res.topology)
+    return problems
+
+
+def check_sizes(ctx: Context, caps: EngineCaps, s: Sizes) -> list[Problem]:
+    """The requested sizes against what the engine supports (DCP, data parallel)."""
+    problems = []
+    if s.dcp > 1:
+        if not caps.decode_context_parallel:
             problems.append(
                 Problem(
                     "parallelism",
                     f"decode context parallel is planned for vLLM only, not {ctx.engine}",
-                    found=f"llmb_decode_context_parallel: {dcp}",
+                    found=f"llmb_decode_context_parallel: {s.dcp}",
                     fix="set llmb_decode_context_parallel: 1",
                 )
             )
-        elif tp % dcp != 0:
-            divisors = [d for d in range(1, tp + 1) if tp % d == 0]
+        elif s.tp % s.dcp != 0:
+            divisors = [d for d in range(1, s.tp + 1) if s.tp % d == 0]
             problems.append(
                 Problem(
                     "parallelism",
-                    f"DCP {dcp} does not divide TP {tp}: vLLM splits each TP group into DCP sub-groups",
-                    found=f"llmb_tensor_parallel: {tp}, llmb_decode_context_parallel: {dcp}",
+                    f"DCP {s.dcp} does not divide TP {s.tp}: vLLM splits each TP group into DCP sub-groups",
+                    found=f"llmb_tensor_parallel: {s.tp}, llmb_decode_context_parallel: {s.dcp}",
                     expected=f"DCP one of {divisors}",
-                    fix=f"set llmb_decode_context_parallel to a divisor of {tp} (the recipes use DCP = TP = 8)",
+                    fix=f"set llmb_decode_context_parallel to a divisor of {s.tp} (the recipes use DCP = TP = 8)",
                 )
             )
+    if s.dp > 1 and caps.data_parallel_refused:
+        message, fix = caps.data_parallel_refused
+        problems.append(Problem("parallelism", message, found=f"llmb_data_parallel: {s.dp}", fix=fix))
+    return problems
 
-    dp_local = 1
-    if ctx.engine in ("vllm", "vllm-ascend"):
-        if dp > 1:
-            dp_local_raw = v.get("llmb_data_parallel_local")
-            if dp_local_raw is None:
-                if dp % n != 0:
-                    problems.append(
-                        Problem(
-                            "parallelism",
-                            f"DP {dp} cannot be spread evenly over {n} nodes",
-                            found=f"llmb_data_parallel: {dp}, {n} hosts in accel_nodes",
-                            expected=f"DP a multiple of {n}",
-                            fix=f"set llmb_data_parallel to a multiple of {n}, or llmb_data_parallel_local",
-                        )
-                    )
-                    return None, problems
-                dp_local = dp // n
-            else:
-                dp_local = _positive(ctx, "llmb_data_parallel_local", dp_local_raw, problems)
-            if dp_local * n != dp:
-                problems.append(
-                    Problem(
-                        "parallelism",
-                        f"DP ranks per node x nodes ({dp_local} x {n}) is not DP {dp}",
-                        found=f"llmb_data_parallel_local: {dp_local}",
-                        expected=f"{dp} / {n} ranks per node",
-                        fix="set llmb_data_parallel_local so that it times the node count equals llmb_data_parallel",
-                    )
-                )
-            per_node = tp * pp * dp_local
-            if per_node > dev:
-                problems.append(
-                    Problem(
-                        "parallelism",
-                        f"each node would need TP x PP x DP-local = {tp} x {pp} x {dp_local} = {per_node} devices; "
-                        f"{pname} has {dev}",
-                        found=f"TP {tp}, PP {pp}, DP {dp} over {n} nodes",
-                        expected=f"TP x PP x DP-local <= {dev}",
-                        fix="lower TP or DP, or add nodes",
-                    )
-                )
-            mode = "dp" if n > 1 else "single"
-            world = tp * pp * dp
-            topo = Topology(mode, n, dev, world, per_node, tp, pp, dp, dp_local, dcp)
-        else:
-            world = tp * pp
-            if world > n * dev:
-                problems.append(_too_few_devices(tp, pp, n, dev, devices_text))
-                return None, problems
-            needed = math.ceil(world / dev)
-            if needed != n:
-                problems.append(
-                    Problem(
-                        "parallelism",
-                        f"TP x PP = {world} devices fill {needed} node(s) of {dev}, but accel_nodes has {n} hosts",
-                        found=f"{n} hosts, TP {tp} x PP {pp}",
-                        expected=f"{needed} host(s), or TP x PP = {n * dev}",
-                        fix="make TP x PP use every node (e.g. llmb_pipeline_parallel: "
-                        f"{max(1, (n * dev) // tp)}), or list only {needed} host(s)",
-                    )
-                )
-            if world > dev and world % dev != 0:
-                problems.append(
-                    Problem(
-                        "parallelism",
-                        f"TP x PP = {world} does not fill whole nodes of {dev} devices",
-                        found=f"TP {tp} x PP {pp}",
-                        expected=f"a multiple of {dev}",
-                        fix="choose TP x PP as a multiple of the devices per node",
-                    )
-                )
-            mode = "ray" if n > 1 else "single"
-            topo = Topology(mode, n, dev, world, min(world, dev), tp, pp, 1, 1, dcp)
-            if mode == "ray" and ctx.v["llmb_install"] == "container":
-                problems.append(
-                    Problem(
-                        "install",
-                        "a vLLM cluster over Ray is planned for host installs only",
-                        found="llmb_install: container with TP x PP larger than one node",
-                        fix="use llmb_install: host, or DP + EP (llmb_data_parallel) with containers",
-                    )
-                )
-    else:
-        world = tp * pp
-        if dp > 1 and ctx.engine == "trtllm":
-            problems.append(
-                Problem(
-                    "parallelism",
-                    "trtllm-serve has no data-parallel flag; attention DP is set in the extra LLM API options",
-                    found=f"llmb_data_parallel: {dp}",
-                    fix="set llmb_data_parallel: 1 (enable_attention_dp lives in llmb_trtllm_extra_llm_api_options)",
-                )
-            )
-        if world > n * dev:
-            problems.append(_too_few_devices(tp, pp, n, dev, devices_text))
-            return None, problems
-        if world % n != 0 or world // n > dev:
-            problems.append(
-                Problem(
-                    "parallelism",
-                    f"TP x PP = {world} devices cannot be split evenly over {n} nodes of {dev}",
-                    found=f"TP {tp} x PP {pp} over {n} hosts",
-                    expected=f"TP x PP = a multiple of {n}, at most {n * dev}",
-                    fix="choose TP so that every node runs the same number of ranks",
-                )
-            )
-        per_node = world // n if n else world
-        if ctx.engine == "sglang":
-            mode = "sglang"
-        else:
-            mode = "mpirun" if n > 1 else "single"
-        topo = Topology(mode, n, dev, world, per_node, tp, pp, dp, 1, dcp)
 
+def check_resolved(ctx: Context, topo: Topology) -> list[Problem]:
+    """A resolved topology: ranks against devices per node, EP size, addresses of a multinode plan."""
+    caps = topo.caps
+    problems = {DP_RANKS: _check_dp_ranks, WHOLE_NODES: _check_whole_nodes, EVEN_SPLIT: _check_even_split}[
+        topo.layout
+    ](ctx, topo)
+    v = ctx.v
     ep = v.get("llmb_expert_parallel_size")
     if ep is not None:
-        if ctx.engine in ("vllm", "vllm-ascend"):
+        if caps.expert_parallel == "switch":
             problems.append(
                 Problem(
                     "parallelism",
@@ -266,7 +129,7 @@ def plan_topology(ctx: Context) -> tuple[Topology | None, list[Problem]]:
                     fix=f"choose a divisor of {topo.world}",
                 )
             )
-    if v.get("llmb_expert_parallel") and ctx.engine in ("sglang", "trtllm"):
+    if v.get("llmb_expert_parallel") and caps.expert_parallel == "size":
         problems.append(
             Problem(
                 "parallelism",
@@ -275,13 +138,92 @@ def plan_topology(ctx: Context) -> tuple[Topology | None, list[Problem]]:
                 fix="set llmb_expert_parallel_size instead",
             )
         )
+    if len(ctx.dep.nodes) > 1:
+        problems.extend(check_multinode(ctx, caps))
+    return problems
 
-    if n > 1:
-        problems.extend(check_multinode(ctx))
-    return (topo if not problems else None), problems
+
+def _check_dp_ranks(ctx: Context, topo: Topology) -> list[Problem]:
+    n, dp, dp_local, dev = topo.nodes, topo.dp, topo.dp_local, topo.devices_per_node
+    problems = []
+    if dp_local * n != dp:
+        problems.append(
+            Problem(
+                "parallelism",
+                f"DP ranks per node x nodes ({dp_local} x {n}) is not DP {dp}",
+                found=f"llmb_data_parallel_local: {dp_local}",
+                expected=f"{dp} / {n} ranks per node",
+                fix="set llmb_data_parallel_local so that it times the node count equals llmb_data_parallel",
+            )
+        )
+    if topo.per_node > dev:
+        problems.append(
+            Problem(
+                "parallelism",
+                f"each node would need TP x PP x DP-local = {topo.tp} x {topo.pp} x {dp_local} = "
+                f"{topo.per_node} devices; {ctx.platform.name} has {dev}",
+                found=f"TP {topo.tp}, PP {topo.pp}, DP {dp} over {n} nodes",
+                expected=f"TP x PP x DP-local <= {dev}",
+                fix="lower TP or DP, or add nodes",
+            )
+        )
+    return problems
 
 
-def check_multinode(ctx: Context) -> list[Problem]:
+def _check_whole_nodes(ctx: Context, topo: Topology) -> list[Problem]:
+    n, world, dev, tp, pp = topo.nodes, topo.world, topo.devices_per_node, topo.tp, topo.pp
+    problems = []
+    needed = math.ceil(world / dev)
+    if needed != n:
+        problems.append(
+            Problem(
+                "parallelism",
+                f"TP x PP = {world} devices fill {needed} node(s) of {dev}, but accel_nodes has {n} hosts",
+                found=f"{n} hosts, TP {tp} x PP {pp}",
+                expected=f"{needed} host(s), or TP x PP = {n * dev}",
+                fix="make TP x PP use every node (e.g. llmb_pipeline_parallel: "
+                f"{max(1, (n * dev) // tp)}), or list only {needed} host(s)",
+            )
+        )
+    if world > dev and world % dev != 0:
+        problems.append(
+            Problem(
+                "parallelism",
+                f"TP x PP = {world} does not fill whole nodes of {dev} devices",
+                found=f"TP {tp} x PP {pp}",
+                expected=f"a multiple of {dev}",
+                fix="choose TP x PP as a multiple of the devices per node",
+            )
+        )
+    if topo.mode == "ray" and ctx.v["llmb_install"] == "container":
+        problems.append(
+            Problem(
+                "install",
+                "a vLLM cluster over Ray is planned for host installs only",
+                found="llmb_install: container with TP x PP larger than one node",
+                fix="use llmb_install: host, or DP + EP (llmb_data_parallel) with containers",
+            )
+        )
+    return problems
+
+
+def _check_even_split(ctx: Context, topo: Topology) -> list[Problem]:
+    n, world, dev = topo.nodes, topo.world, topo.devices_per_node
+    if world % n == 0 and world // n <= dev:
+        return []
+    return [
+        Problem(
+            "parallelism",
+            f"TP x PP = {world} devices cannot be split evenly over {n} nodes of {dev}",
+            found=f"TP {topo.tp} x PP {topo.pp} over {n} hosts",
+            expected=f"TP x PP = a multiple of {n}, at most {n * dev}",
+            fix="choose TP so that every node runs the same number of ranks",
+        )
+    ]
+
+
+def check_multinode(ctx: Context, caps: EngineCaps) -> list[Problem]:
+    """A plan over several nodes: the cluster NIC is named and no node's address is loopback."""
     problems = []
     v = ctx.v
     n = len(ctx.dep.nodes)
@@ -296,12 +238,7 @@ def check_multinode(ctx: Context) -> list[Problem]:
                 fix="set llmb_cluster_iface in group_vars/all",
             )
         )
-    what = {
-        "vllm": "--data-parallel-address / the Ray head address",
-        "vllm-ascend": "--data-parallel-address / the Ray head address",
-        "sglang": "--dist-init-addr",
-        "trtllm": "the mpirun host list",
-    }[ctx.engine]
+    what = caps.head_address_use
     for node in ctx.dep.nodes:
         if is_loopback(node.address):
             role = "head" if node is head else "node"
@@ -344,8 +281,8 @@ def check_model(ctx: Context, engine_args: dict[str, Any]) -> list[Problem]:
     if mtype and fs.supports_model_types and mtype not in fs.supports_model_types:
         problems.append(
             Problem(
-                check="model-type",
-                message=f"{ctx.engine} {ctx.version} does not know model_type {mtype!r} of {ctx.model_name} "
+                "model-type",
+                f"{ctx.engine} {ctx.version} does not know model_type {mtype!r} of {ctx.model_name} "
                 "and would fail to load it",
                 found=f"model_type {facts.get('model_type')!r}"
                 + (" (after the profile's patches)" if patches else ", no config patch for this engine"),
@@ -362,8 +299,8 @@ def check_model(ctx: Context, engine_args: dict[str, Any]) -> list[Problem]:
         if value is not None and value in check.get("reject", []):
             problems.append(
                 Problem(
-                    check="model-config",
-                    message=f"{ctx.engine} rejects {ctx.model_name}'s config.json: {check['error']}",
+                    "model-config",
+                    f"{ctx.engine} rejects {ctx.model_name}'s config.json: {check['error']}",
                     found=f"{check['path']} = {value!r}",
                     fix=f"add the patch under config_patches.{ctx.engine} in data/models/{ctx.model_name}.yml",
                 )
@@ -378,8 +315,8 @@ def check_model(ctx: Context, engine_args: dict[str, Any]) -> list[Problem]:
         if value is not None and known is not None and value not in known:
             problems.append(
                 Problem(
-                    check="engine-parser",
-                    message=f"{flag} {value} is not a parser of {ctx.engine} {ctx.version}",
+                    "engine-parser",
+                    f"{flag} {value} is not a parser of {ctx.engine} {ctx.version}",
                     found=value,
                     expected=" | ".join(known) or "(none: this release has no such parser)",
                     fix=f"drop {flag} for {ctx.engine} in the model profile or engine args",
@@ -391,6 +328,26 @@ def check_model(ctx: Context, engine_args: dict[str, Any]) -> list[Problem]:
 def model_patches(ctx: Context) -> list[dict[str, Any]]:
     """config.json patches that apply to this engine and platform (engine key, then platform key)."""
     return [p.to_dict() for p in ctx.model_record.patches_for(ctx.engine, ctx.platform.name)]
+
+
+def check_plan(ctx: Context, topo: Topology, engine_args: dict[str, Any], hosts: list[HostPlan]) -> list[Problem]:
+    """The planned deployment: the model against the engine and the devices, the image, the ports."""
+    problems = check_model(ctx, engine_args)
+    problems += check_fit(ctx, topo, engine_args)
+    problems += check_image(ctx)
+    problems += check_ports(ctx, hosts)
+    return problems
+
+
+def check_image(ctx: Context) -> list[Problem]:
+    """A container install has an image: llmb_container_image or the flag set's default."""
+    if ctx.v["llmb_install"] != "container" or default_image(ctx):
+        return []
+    return [
+        Problem(
+            "install", f"no default image for {ctx.engine} on {ctx.platform.vendor}", fix="set llmb_container_image"
+        )
+    ]
 
 
 def check_ports(ctx: Context, plans: list[HostPlan]) -> list[Problem]:
@@ -416,8 +373,8 @@ def check_ports(ctx: Context, plans: list[HostPlan]) -> list[Problem]:
                 if port in seen:
                     problems.append(
                         Problem(
-                            check="ports",
-                            message=f"port {port} is used twice on {hp.host}: {seen[port]} and {what}",
+                            "ports",
+                            f"port {port} is used twice on {hp.host}: {seen[port]} and {what}",
                             found=f"{seen[port]}: {port}, {what}: {port}",
                             expected="one service per port",
                             fix=f"change one of the llmb_*_port variables ({_port_knobs(ctx)})",

@@ -48,7 +48,7 @@ class FetchParams:
     peer_url: str | None = None
     wait_for: list[str] = field(default_factory=list)
     wait_timeout: float = 3600.0
-    python: str = "/opt/llm-bringup/tools/bin/python"
+    python: str = "/opt/llmb/tools/bin/python"
     hf_home: str | None = None
     max_workers: int = 8
     verify_workers: int | None = None

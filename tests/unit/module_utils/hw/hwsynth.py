@@ -131,6 +131,13 @@ def ascend(cards=8, chips=2, model="Ascend910", hbm=65536, version="25.2.0", mis
         lines.append(f"| {chip:<5d} {phy:<19d} | 0000:{0x80 + 2 * phy:02X}:00.0  | 0           0    / 0          "
                      f"3400 / {hbm}         |")
         lines.append("+===========================+===============+====================================================+")
+    # npu-smi info always ends with the process table (tests/sim/accelsim/ascend.py render_info).
+    lines += ["+---------------------------+---------------+----------------------------------------------------+",
+              "| NPU     Chip              | Process id    | Process name             | Process memory(MB)      |",
+              "+===========================+===============+====================================================+"]
+    for card in sorted({c for c, _, _ in devs}):
+        lines.append(f"| {'No running processes found in NPU ' + str(card):<95}|")
+        lines.append("+===========================+===============+====================================================+")
     names = [f"Phy-ID{p}" for _, _, p in devs]
     topo = ["           " + "".join(f"{nm:<11s}" for nm in names)]
     down = {frozenset(p) for p in hccs_down}

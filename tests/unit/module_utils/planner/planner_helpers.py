@@ -8,6 +8,7 @@ import importlib.util
 import shlex
 from pathlib import Path
 
+from enginesim.flagset import take_values
 from llmb.catalog import Catalog
 from llmb.planner.flags import FlagSet, load_flagset
 
@@ -70,24 +71,17 @@ def canonical_pairs(fs: FlagSet, tokens: list[str]) -> tuple[list[tuple[str, obj
         assert resolved is not None, f"{tok} is not a flag of {fs.name}"
         canon, negated = resolved
         kind = fs.flags[canon]["type"]
+        value: object
         if negated or kind in ("flag", "bool"):
-            pairs.append((canon, not negated))
-            i += 1
-            continue
-        if eq:
-            value: object = inline
-            i += 1
+            value, i = not negated, i + 1
+        elif eq:
+            value, i = _norm(inline), i + 1
         elif kind == "list":
-            j = i + 1
-            items = []
-            while j < len(tokens) and not tokens[j].startswith("-"):
-                items.append(tokens[j])
-                j += 1
-            value, i = tuple(items), j
+            items, i = take_values(tokens, i + 1)
+            value = tuple(items)
         else:
-            value = tokens[i + 1]
-            i += 2
-        pairs.append((canon, _norm(value)))
+            value, i = _norm(tokens[i + 1]), i + 2
+        pairs.append((canon, value))
     return pairs, positionals
 
 

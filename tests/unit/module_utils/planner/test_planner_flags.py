@@ -71,9 +71,8 @@ def test_mapping_form_and_booleans(vllm):
     assert ea.argv() == [
         "--no-enable-prefix-caching",
         "--trust-remote-code",
-        "--allowed-origins",
-        "a",
-        "b",
+        "--allowed-origins",  # a JSON list in the real 0.19.1 parser (type json.loads), not nargs +
+        '["a","b"]',
         "--compilation-config",
         '{"level":3}',
     ]

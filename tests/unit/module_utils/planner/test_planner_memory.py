@@ -8,7 +8,7 @@ import sys
 
 import pytest
 from llmb.planner import memory, plan_inventory
-from llmb.planner.core import ENGINE_PLANNERS
+from llmb.planner.engines import ENGINES
 from llmb.planner.model import PlanError
 from planner_helpers import REPO, load_inventory
 
@@ -30,20 +30,8 @@ def _plan(name: str, **overrides):
 
 def _estimate(planned) -> memory.MemoryFit:
     ctx, topo = planned.ctx, planned.topology
-    ea, _ = ENGINE_PLANNERS[ctx.engine].engine_args(ctx, topo)
-    fit, problems, _ = memory.estimate(
-        model_name=ctx.model_name,
-        model=ctx.model,
-        engine=ctx.engine,
-        engine_args=ea.values,
-        device_model=ctx.platform.device_model,
-        device_gib=ctx.platform.device_memory_gb,
-        tp=topo.tp,
-        pp=topo.pp,
-        dp=topo.dp,
-        dcp=topo.dcp,
-        expert_parallel=bool(ctx.v.get("llmb_expert_parallel")),
-    )
+    ea, _ = ENGINES[ctx.engine].engine_args(ctx, topo)
+    fit, problems, _ = memory.estimate_plan(ctx, topo, ea.values)
     assert fit is not None and not problems
     return fit
 

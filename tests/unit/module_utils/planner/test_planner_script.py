@@ -73,7 +73,7 @@ def test_check_ok_and_usage_errors():
 def test_filter_plugin_matches_the_script():
     sys.path.insert(0, str(REPO / "plugins" / "filter"))
     try:
-        import llmb_plan
+        import llmb_deployment as llmb_plan
     finally:
         sys.path.pop(0)
     hv, groups = load_inventory("sim")

@@ -1,4 +1,5 @@
-"""Fixtures: the generated test model (once per session) and a test hub serving it."""
+"""Fixtures of the weights tests; hub_root and hub (the test hub serving the generated model) are in
+tests/unit/module_utils/conftest.py."""
 
 from __future__ import annotations
 
@@ -7,23 +8,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from hfserver.genmodel import generate
 from hfserver.server import Running
 from llmb.weights import manifest as mf
 from weights_helpers import ALLOW, REPO
-
-
-@pytest.fixture(scope="session")
-def hub_root(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("hub")
-    generate(root / REPO)
-    return root
-
-
-@pytest.fixture
-def hub(hub_root):
-    with Running(hub_root) as h:
-        yield h
 
 
 @pytest.fixture(scope="session")

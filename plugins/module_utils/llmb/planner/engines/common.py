@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-import shlex
 from typing import Any
 
+from ...layout import engine_venv
+from .. import containers
 from ..context import Context
 from ..flags import EngineArgs
 from ..inventory import Node
 from ..model import HostPlan, Problem, Service
-from ..validation import Topology, model_patches
+from ..topology import Topology
+from ..validation import model_patches
+from . import ascend, nvidia, rocm
 
 # planner-owned flags -> the inventory variable that controls them (for error messages)
 OWNER_HINT = {
@@ -73,8 +76,9 @@ def build_engine_args(ctx: Context, planner_flags: list[tuple[str, Any]]) -> tup
     return ea, ea.problems
 
 
-def iface_env(ctx: Context, node: Node, multinode: bool) -> dict[str, str]:
+def iface_env(ctx: Context, topo: Topology, node: Node) -> dict[str, str]:
     """Communicator environment from llmb_cluster_iface and the node's address."""
+    multinode = topo.nodes > 1
     iface = ctx.v.get("llmb_cluster_iface")
     env: dict[str, str] = {}
     vendor = ctx.platform.vendor
@@ -88,8 +92,8 @@ def iface_env(ctx: Context, node: Node, multinode: bool) -> dict[str, str]:
     if vendor == "ascend":
         if iface or multinode:
             env["HCCL_IF_IP"] = node.address
-    if ctx.engine in ("vllm", "vllm-ascend") and (iface or multinode):
-        env["VLLM_HOST_IP"] = node.address
+    if topo.caps.host_ip_env and (iface or multinode):
+        env[topo.caps.host_ip_env] = node.address
     return env
 
 
@@ -131,137 +135,8 @@ def model_paths(ctx: Context) -> tuple[str, list[str]]:
     return target, [f"{model_dir}:{target}:ro"]
 
 
-def container_options(ctx: Context, name: str, platform_defaults: dict[str, Any]) -> dict[str, Any]:
-    opts: dict[str, Any] = {
-        "name": name,
-        "network": "host",
-        "ipc": None,
-        "shm_size": None,
-        "privileged": False,
-        "cap_add": [],
-        "security_opt": [],
-        "group_add": [],
-        "ulimits": [],
-        "gpus": None,
-        "workdir": None,
-        "entrypoint": None,
-        "restart": "unless-stopped",
-    }
-    opts.update(platform_defaults)
-    for key, value in (ctx.v.get("llmb_container_options") or {}).items():
-        if key in ("cap_add", "security_opt", "group_add", "ulimits") and isinstance(value, list):
-            merged = list(opts.get(key) or [])
-            merged.extend(x for x in value if x not in merged)
-            opts[key] = merged
-        else:
-            opts[key] = value
-    return opts
-
-
-def container_problems(ctx: Context) -> list[Problem]:
-    known = {
-        "name",
-        "network",
-        "ipc",
-        "shm_size",
-        "privileged",
-        "cap_add",
-        "security_opt",
-        "group_add",
-        "ulimits",
-        "gpus",
-        "workdir",
-        "entrypoint",
-        "restart",
-    }
-    problems = []
-    for key in ctx.v.get("llmb_container_options") or {}:
-        if key not in known:
-            problems.append(
-                Problem(
-                    "container",
-                    f"llmb_container_options has an unknown key {key!r}",
-                    found=key,
-                    expected=" | ".join(sorted(known)),
-                    fix="use one of the keys above (devices and mounts have their own variables)",
-                )
-            )
-    for mount in ctx.v.get("llmb_container_mounts") or []:
-        if len(str(mount).split(":")) not in (2, 3):
-            problems.append(
-                Problem(
-                    "container",
-                    f"mount {mount!r} is not 'src:dst[:ro]'",
-                    found=mount,
-                    fix="write mounts in docker -v syntax",
-                )
-            )
-    return problems
-
-
-def container_command(argv: list[str], entrypoint: Any) -> list[str]:
-    """The container command for an engine argv, given the container entrypoint.
-
-    A shell entrypoint (seed 002/003 run the ROCm image with --entrypoint /bin/bash) gets
-    ``-c 'exec <argv>'``; no entrypoint means the argv replaces the image's entrypoint+cmd.
-    """
-    if entrypoint and str(entrypoint).split("/")[-1] in ("bash", "sh"):
-        return ["-c", "exec " + shlex.join(argv)]
-    return list(argv)
-
-
-def make_container_service(
-    ctx: Context,
-    *,
-    name: str,
-    role: str,
-    argv: list[str],
-    order: int,
-    env: dict[str, str],
-    image: str,
-    devices: list[str],
-    mounts: list[str],
-    platform_defaults: dict[str, Any],
-) -> Service:
-    opts = container_options(ctx, name, platform_defaults)
-    entry = opts.get("entrypoint")
-    if entry is None:
-        opts["entrypoint"] = argv[0]
-        opts["command"] = list(argv[1:])
-    else:
-        opts["command"] = container_command(argv, entry)
-    extra_devices = [str(d) for d in ctx.v.get("llmb_container_devices") or []]
-    all_devices = list(devices) + [d for d in extra_devices if d not in devices]
-    user_mounts = [str(m) for m in ctx.v.get("llmb_container_mounts") or []]
-    all_mounts = list(mounts) + [m for m in user_mounts if m not in mounts]
-    return Service(
-        name=name,
-        kind="container",
-        role=role,
-        argv=list(argv),
-        order=order,
-        env=env,
-        image=image,
-        devices=all_devices,
-        mounts=all_mounts,
-        container=opts,
-    )
-
-
-def default_image(ctx: Context) -> str | None:
-    image = ctx.v.get("llmb_container_image")
-    if image:
-        return str(image)
-    template = ctx.flagset.images.get(ctx.platform.vendor)
-    if not template:
-        return None
-    suffix = ctx.flagset.image_suffix_by_platform.get(ctx.platform.name, "")
-    return template.format(version=ctx.version, image_suffix=suffix)
-
-
 def venv_bin(ctx: Context, exe: str) -> str:
-    venv = ctx.v.get("llmb_engine_venv") or f"/opt/llmb/venvs/{ctx.engine}-{ctx.version}"
-    return f"{str(venv).rstrip('/')}/bin/{exe}"
+    return f"{engine_venv(ctx.engine, ctx.version, ctx.v.get('llmb_engine_venv'))}/bin/{exe}"
 
 
 def health_block(ctx: Context, node: Node) -> dict[str, Any]:
@@ -278,17 +153,25 @@ def health_block(ctx: Context, node: Node) -> dict[str, Any]:
     }
 
 
-def api_block(ctx: Context, node: Node, engine_args: dict[str, Any]) -> dict[str, Any]:
+def api_block(ctx: Context, topo: Topology, node: Node, engine_args: dict[str, Any]) -> dict[str, Any]:
     reasoning = any(engine_args.get(f) for f in ("--reasoning-parser", "--reasoning_parser"))
     tools = bool(engine_args.get("--tool-call-parser"))
-    if ctx.engine in ("vllm", "vllm-ascend"):
-        tools = tools and bool(engine_args.get("--enable-auto-tool-choice"))
+    if topo.caps.tool_choice_flag:
+        tools = tools and bool(engine_args.get(topo.caps.tool_choice_flag))
     return {
         "base_url": f"http://{node.address}:{ctx.v['llmb_api_port']}/v1",
         "served_model_name": ctx.served_name,
         "reasoning": reasoning,
         "tool_calls": tools,
     }
+
+
+def node_plan(
+    ctx: Context, topo: Topology, node: Node, model_path: str, platform_env: dict[str, str] | None = None
+) -> tuple[HostPlan, dict[str, str]]:
+    """A node's plan and its engine environment: communicators, the platform's, llmb_engine_env."""
+    env = merge_env(iface_env(ctx, topo, node), platform_env, ctx.v.get("llmb_engine_env"))
+    return host_plan(ctx, node, model_path), env
 
 
 def host_plan(ctx: Context, node: Node, model_path: str) -> HostPlan:
@@ -303,11 +186,11 @@ def host_plan(ctx: Context, node: Node, model_path: str) -> HostPlan:
     return hp
 
 
-def expose_api(ctx: Context, svc: Service, node: Node, engine_args: dict[str, Any]) -> None:
+def expose_api(ctx: Context, topo: Topology, svc: Service, node: Node, engine_args: dict[str, Any]) -> None:
     """svc serves the OpenAI API on node: its port, health check and API description."""
     svc.ports = [{"port": ctx.v["llmb_api_port"], "purpose": "api"}]
     svc.health = health_block(ctx, node)
-    svc.api = api_block(ctx, node, engine_args)
+    svc.api = api_block(ctx, topo, node, engine_args)
 
 
 def follow_head(ctx: Context, svc: Service, head: Node) -> None:
@@ -333,9 +216,37 @@ def dep_ref(node: Node, service: str) -> str:
     return f"{node.name}/{service}"
 
 
-def describe_topology(topo: Topology) -> str:
-    return (
-        f"{topo.mode}: {topo.nodes} node(s), TP {topo.tp} x PP {topo.pp} x DP {topo.dp}"
-        + (f" (DCP {topo.dcp})" if topo.dcp > 1 else "")
-        + f", {topo.per_node} of {topo.devices_per_node} devices per node"
-    )
+def platform_bits(ctx: Context) -> tuple[dict[str, str], list[str], list[str], dict[str, Any]]:
+    """(env, devices, mounts, container defaults) of an engine container on the platform's vendor."""
+    vendor = ctx.platform.vendor
+    if vendor == "ascend":
+        return (
+            dict(ascend.ASCEND_ENV),
+            ascend.devices(ctx.platform.device_count),
+            list(ascend.ASCEND_DRIVER_MOUNTS),
+            dict(ascend.ASCEND_CONTAINER),
+        )
+    if vendor == "amd":
+        return dict(rocm.ROCM_ENV), list(rocm.ROCM_DEVICES), [], dict(rocm.ROCM_CONTAINER)
+    return {}, [], [], dict(nvidia.NVIDIA_CONTAINER)
+
+
+def engine_service(
+    ctx: Context, svc: Service, devices: list[str], mounts: list[str], platform_defaults: dict[str, Any]
+) -> Service:
+    """The engine process svc: a unit, or with llmb_install: container a container named by
+    llmb_container_name (default svc.name) of the default image, with the platform's devices and mounts."""
+    if ctx.v["llmb_install"] != "container":
+        return svc
+    svc.name = str(ctx.v.get("llmb_container_name") or svc.name)
+    return containers.containerize(ctx, svc, containers.default_image(ctx), devices, mounts, platform_defaults)
+
+
+def place_rank(ctx: Context, topo: Topology, hp: HostPlan, svc: Service, node: Node, ea: EngineArgs) -> None:
+    """svc joins node's plan: on the head it serves the API, elsewhere it starts after the head's."""
+    if node is ctx.dep.head:
+        expose_api(ctx, topo, svc, node, ea.values)
+    else:
+        follow_head(ctx, svc, ctx.dep.head)
+    svc.notes = list(ea.notes)
+    hp.services.append(svc)

@@ -5,11 +5,31 @@ from __future__ import annotations
 
 from typing import Any
 
+from .. import topology as shared
+from ..capabilities import EngineCaps
 from ..context import Context
 from ..flags import EngineArgs
 from ..model import HostPlan, Problem, Service
-from ..validation import Topology
-from . import common, nvidia, rocm
+from ..topology import Sizes, Topology
+from . import common
+
+CAPS = EngineCaps(
+    name="sglang",
+    vendors=("nvidia", "amd"),
+    installs=("host", "container"),
+    memory_fraction_flag="--mem-fraction-static",
+    memory_fraction_default=0.9,
+    modes=("sglang",),
+    head_address_use="--dist-init-addr",
+    max_len_flag="--context-length",
+    kv_dtype_flag="--kv-cache-dtype",
+    memory_model="static",
+)
+
+
+def topology(ctx: Context, caps: EngineCaps, sizes: Sizes) -> tuple[Topology | None, list[Problem]]:
+    """TP x PP ranks split evenly over the nodes, one launch_server per node (mode `sglang`)."""
+    return shared.even_split(ctx, caps, sizes, "sglang")
 
 
 def engine_args(ctx: Context, topo: Topology) -> tuple[EngineArgs, list[Problem]]:
@@ -35,14 +55,10 @@ def engine_args(ctx: Context, topo: Topology) -> tuple[EngineArgs, list[Problem]
 
 def services(ctx: Context, topo: Topology, ea: EngineArgs) -> list[HostPlan]:
     v = ctx.v
-    head = ctx.dep.head
     container = v["llmb_install"] == "container"
     model_path, model_mounts = common.model_paths(ctx)
     multinode = topo.nodes > 1
-    if ctx.platform.vendor == "amd":
-        penv, pdevices, pcontainer = dict(rocm.ROCM_ENV), list(rocm.ROCM_DEVICES), dict(rocm.ROCM_CONTAINER)
-    else:
-        penv, pdevices, pcontainer = {}, [], dict(nvidia.NVIDIA_CONTAINER)
+    penv, pdevices, pmounts, pcontainer = common.platform_bits(ctx)
     prefix = (
         ["python3", "-m", "sglang.launch_server"]
         if container
@@ -50,41 +66,18 @@ def services(ctx: Context, topo: Topology, ea: EngineArgs) -> list[HostPlan]:
     )
     plans = []
     for node in ctx.dep.nodes[: topo.nodes]:
-        hp = common.host_plan(ctx, node, model_path)
         values = dict(ea.values)
         if multinode:
             values["--node-rank"] = node.rank
         argv = [*prefix, *ea.argv(values)]
-        env = common.merge_env(
-            common.iface_env(ctx, node, multinode), penv if container else {}, v.get("llmb_engine_env")
-        )
-        is_head = node is head
+        hp, env = common.node_plan(ctx, topo, node, model_path, penv if container else {})
+        is_head = node is ctx.dep.head
         order = common.ORDER_FIRST if is_head else common.ORDER_SECOND
-        if container:
-            svc = common.make_container_service(
-                ctx,
-                name=str(v.get("llmb_container_name") or "llmb-sglang"),
-                role="sglang-rank",
-                argv=argv,
-                order=order,
-                env=env,
-                image=common.default_image(ctx),
-                devices=pdevices,
-                mounts=model_mounts,
-                platform_defaults=pcontainer,
-            )
-        else:
-            svc = Service(
-                name="llmb-sglang", kind="systemd", role="sglang-rank", argv=argv, order=order, env=env
-            )
-        if is_head:
-            common.expose_api(ctx, svc, node, ea.values)
-            if multinode:
-                svc.ports.append({"port": v["llmb_sglang_dist_port"], "purpose": "dist-init"})
-                svc.ready = common.ready_tcp(ctx, node, v["llmb_sglang_dist_port"])
-        else:
-            common.follow_head(ctx, svc, head)
-        svc.notes = list(ea.notes)
-        hp.services.append(svc)
+        svc = Service(name="llmb-sglang", kind="systemd", role="sglang-rank", argv=argv, order=order, env=env)
+        svc = common.engine_service(ctx, svc, pdevices, pmounts + model_mounts, pcontainer)
+        common.place_rank(ctx, topo, hp, svc, node, ea)
+        if is_head and multinode:
+            svc.ports.append({"port": v["llmb_sglang_dist_port"], "purpose": "dist-init"})
+            svc.ready = common.ready_tcp(ctx, node, v["llmb_sglang_dist_port"])
         plans.append(hp)
     return plans

@@ -6,12 +6,30 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import yamltext
+from .. import containers, yamltext
+from .. import topology as shared
+from ..capabilities import EngineCaps
 from ..context import Context
 from ..flags import EngineArgs
 from ..model import HostPlan, Problem, Service
-from ..validation import Topology
+from ..topology import Sizes, Topology
 from . import common, nvidia
+
+CAPS = EngineCaps(
+    name="trtllm",
+    vendors=("nvidia",),
+    installs=("container",),
+    memory_fraction_flag="--kv_cache_free_gpu_memory_fraction",
+    memory_fraction_default=0.9,
+    max_len_flag="--max_seq_len",
+    memory_model="free",
+    modes=("single", "mpirun"),
+    head_address_use="the mpirun host list",
+    data_parallel_refused=(
+        "trtllm-serve has no data-parallel flag; attention DP is set in the extra LLM API options",
+        "set llmb_data_parallel: 1 (enable_attention_dp lives in llmb_trtllm_extra_llm_api_options)",
+    ),
+)
 
 # seed 004 "Generate additional config for trtllm serve"
 DEFAULT_EXTRA_LLM_API_OPTIONS: dict[str, Any] = {
@@ -34,8 +52,17 @@ def sshd_argv(mesh: str) -> list[str]:
 
     /run/sshd (privilege separation) does not exist in a fresh container; exec keeps sshd the
     container's main process, its command line naming the config (how ssh_mesh tells it apart
-    from a squatter on the port)."""
-    return ["/bin/sh", "-c", f"mkdir -p /run/sshd && exec /usr/sbin/sshd -D -e -f {mesh}/sshd_config"]
+    from a squatter on the port). The script is constant: the mesh directory is its positional
+    parameter $1 (after $0 = "sh"), so no value is ever parsed by the shell."""
+    return ["/bin/sh", "-c", SSHD_SCRIPT, "sh", mesh]
+
+
+SSHD_SCRIPT = 'mkdir -p /run/sshd && exec /usr/sbin/sshd -D -e -f "$1/sshd_config"'
+
+
+def topology(ctx: Context, caps: EngineCaps, sizes: Sizes) -> tuple[Topology | None, list[Problem]]:
+    """TP x PP ranks split evenly over the nodes; mpirun starts them when there are several."""
+    return shared.even_split(ctx, caps, sizes, "mpirun" if sizes.nodes > 1 else "single")
 
 
 def engine_args(ctx: Context, topo: Topology) -> tuple[EngineArgs, list[Problem]]:
@@ -70,33 +97,23 @@ def services(ctx: Context, topo: Topology, ea: EngineArgs) -> list[HostPlan]:
     }
     serve_argv = ["trtllm-serve", "serve", *ea.argv(), model_path]
     name = str(v.get("llmb_container_name") or "llmb-trtllm")
-    image = common.default_image(ctx)
+    image = containers.default_image(ctx)
     sshd_port = v["llmb_sshd_port"]
     mesh = mesh_dir(ctx)
     plans = []
     for node in nodes:
-        hp = common.host_plan(ctx, node, model_path)
-        env = common.merge_env(common.iface_env(ctx, node, multinode), v.get("llmb_engine_env"))
+        hp, env = common.node_plan(ctx, topo, node, model_path)
         mounts = [*model_mounts, f"{cfg_dir}:{cfg_dir}:ro"]
         if multinode:
             mounts.append(f"{mesh}:{mesh}:ro")  # ssh_mesh stage: cluster key, pinned host keys, sshd_config
         # multinode: the container runs sshd and mpirun starts the ranks in it; else it serves the API
-        svc = common.make_container_service(
-            ctx,
-            name=name,
-            role="sshd" if multinode else "api",
-            argv=sshd_argv(mesh) if multinode else serve_argv,
-            order=common.ORDER_FIRST,
-            env=env,
-            image=image,
-            devices=[],
-            mounts=mounts,
-            platform_defaults=dict(nvidia.TRTLLM_CONTAINER),
-        )
+        role, argv = ("sshd", sshd_argv(mesh)) if multinode else ("api", serve_argv)
+        svc = Service(name=name, kind="container", role=role, argv=argv, order=common.ORDER_FIRST, env=env)
+        svc = containers.containerize(ctx, svc, image, [], mounts, dict(nvidia.TRTLLM_CONTAINER))
         svc.config_files = [dict(config_file)]
         hp.services.append(svc)
         if not multinode:
-            common.expose_api(ctx, svc, node, ea.values)
+            common.expose_api(ctx, topo, svc, node, ea.values)
             svc.notes = list(ea.notes)
         else:
             svc.ports = [{"port": sshd_port, "purpose": "sshd"}]
@@ -118,7 +135,7 @@ def services(ctx: Context, topo: Topology, ea: EngineArgs) -> list[HostPlan]:
                     stop_argv=["/usr/bin/docker", "exec", name, "pkill", "-TERM", "-f", "trtllm-serve"],
                     depends_on=[common.dep_ref(n, name) for n in nodes],
                 )
-                common.expose_api(ctx, launcher, node, ea.values)
+                common.expose_api(ctx, topo, launcher, node, ea.values)
                 launcher.notes = list(ea.notes)
                 hp.services.append(launcher)
         plans.append(hp)

@@ -14,12 +14,38 @@ from __future__ import annotations
 from typing import Any
 
 from ...catalog import Catalog
+from .. import topology as shared
+from ..capabilities import EngineCaps
 from ..context import Context
 from ..flags import EngineArgs, FlagSet, load_flagset
 from ..inventory import Node
 from ..model import HostPlan, Problem, Service
-from ..validation import Topology
-from . import common, nvidia, rocm, vllm_ascend
+from ..topology import Sizes, Topology
+from . import common
+
+CAPS = EngineCaps(
+    name="vllm",
+    vendors=("nvidia", "amd"),
+    installs=("host", "container"),
+    memory_fraction_flag="--gpu-memory-utilization",
+    memory_fraction_default=0.9,
+    modes=("single", "ray", "dp"),
+    head_address_use="--data-parallel-address / the Ray head address",
+    decode_context_parallel=True,
+    expert_parallel="switch",
+    host_ip_env="VLLM_HOST_IP",
+    tool_choice_flag="--enable-auto-tool-choice",
+    max_len_flag="--max-model-len",
+    kv_dtype_flag="--kv-cache-dtype",
+)
+
+
+def topology(ctx: Context, caps: EngineCaps, sizes: Sizes) -> tuple[Topology | None, list[Problem]]:
+    """DP > 1: DP ranks over the nodes (`dp`); else one TP x PP group, over Ray when it spans nodes."""
+    multinode = sizes.nodes > 1
+    if sizes.dp > 1:
+        return shared.dp_ranks(ctx, caps, sizes, "dp" if multinode else "single")
+    return shared.whole_nodes(ctx, caps, sizes, "ray" if multinode else "single")
 
 
 def engine_args(ctx: Context, topo: Topology) -> tuple[EngineArgs, list[Problem]]:
@@ -44,21 +70,6 @@ def engine_args(ctx: Context, topo: Topology) -> tuple[EngineArgs, list[Problem]
                 ("--data-parallel-rpc-port", v["llmb_dp_rpc_port"]),
             ]
     return common.build_engine_args(ctx, flags)
-
-
-def _platform_bits(ctx: Context) -> tuple[dict[str, str], list[str], list[str], dict[str, Any]]:
-    """(env, devices, mounts, container defaults) for the platform vendor."""
-    vendor = ctx.platform.vendor
-    if vendor == "ascend":
-        return (
-            dict(vllm_ascend.ASCEND_ENV),
-            vllm_ascend.devices(ctx.platform.device_count),
-            list(vllm_ascend.ASCEND_DRIVER_MOUNTS),
-            dict(vllm_ascend.ASCEND_CONTAINER),
-        )
-    if vendor == "amd":
-        return dict(rocm.ROCM_ENV), list(rocm.ROCM_DEVICES), [], dict(rocm.ROCM_CONTAINER)
-    return {}, [], [], dict(nvidia.NVIDIA_CONTAINER)
 
 
 def _ray_flagset(data: Catalog) -> FlagSet:
@@ -98,16 +109,13 @@ def services(ctx: Context, topo: Topology, ea: EngineArgs) -> list[HostPlan]:
     nodes = ctx.dep.nodes[: topo.nodes]
     container = v["llmb_install"] == "container"
     model_path, model_mounts = common.model_paths(ctx)
-    penv, pdevices, pmounts, pcontainer = _platform_bits(ctx)
-    image = common.default_image(ctx) if container else None
+    penv, pdevices, pmounts, pcontainer = common.platform_bits(ctx)
     exe = "vllm" if container else common.venv_bin(ctx, "vllm")
-    multinode = topo.nodes > 1
     plans: list[HostPlan] = []
     ray_fs = _ray_flagset(ctx.data) if topo.mode == "ray" else None
 
     for node in nodes:
-        hp = common.host_plan(ctx, node, model_path)
-        env = common.merge_env(common.iface_env(ctx, node, multinode), penv, v.get("llmb_engine_env"))
+        hp, env = common.node_plan(ctx, topo, node, model_path, penv)
         values = dict(ea.values)
         is_head = node is head
         if topo.mode == "dp" and not is_head:
@@ -146,34 +154,15 @@ def services(ctx: Context, topo: Topology, ea: EngineArgs) -> list[HostPlan]:
         else:
             role = "api"
             order = common.ORDER_API if topo.mode == "ray" else common.ORDER_FIRST
-        name = "llmb-vllm"
-        if container:
-            svc = common.make_container_service(
-                ctx,
-                name=str(v.get("llmb_container_name") or name),
-                role=role,
-                argv=argv,
-                order=order,
-                env=env,
-                image=image,
-                devices=pdevices,
-                mounts=pmounts + model_mounts,
-                platform_defaults=pcontainer,
-            )
-        else:
-            svc = Service(name=name, kind="systemd", role=role, argv=argv, order=order, env=env)
-        if is_head:
-            common.expose_api(ctx, svc, node, ea.values)
-            if topo.mode == "dp":
-                svc.ports.append({"port": v["llmb_dp_rpc_port"], "purpose": "dp-rpc"})
-                svc.ready = common.ready_tcp(ctx, node, v["llmb_dp_rpc_port"])
-            if topo.mode == "ray":
-                svc.depends_on = [common.dep_ref(n, "llmb-ray") for n in nodes]
-                # vLLM joins the running Ray cluster (ray.init reads RAY_ADDRESS; no /tmp/ray lookup)
-                svc.env["RAY_ADDRESS"] = f"{head.address}:{v['llmb_ray_port']}"
-        else:
-            common.follow_head(ctx, svc, head)
-        svc.notes = list(ea.notes)
-        hp.services.append(svc)
+        svc = Service(name="llmb-vllm", kind="systemd", role=role, argv=argv, order=order, env=env)
+        svc = common.engine_service(ctx, svc, pdevices, pmounts + model_mounts, pcontainer)
+        common.place_rank(ctx, topo, hp, svc, node, ea)
+        if is_head and topo.mode == "dp":
+            svc.ports.append({"port": v["llmb_dp_rpc_port"], "purpose": "dp-rpc"})
+            svc.ready = common.ready_tcp(ctx, node, v["llmb_dp_rpc_port"])
+        if is_head and topo.mode == "ray":
+            svc.depends_on = [common.dep_ref(n, "llmb-ray") for n in nodes]
+            # vLLM joins the running Ray cluster (ray.init reads RAY_ADDRESS; no /tmp/ray lookup)
+            svc.env["RAY_ADDRESS"] = f"{head.address}:{v['llmb_ray_port']}"
         plans.append(hp)
     return plans

@@ -1,0 +1,365 @@
+"""The engine catalog generator: data/engines/<engine>-<version>.yml from the real release.
+
+    extract("vllm==0.19.1", out_dir)   # throwaway venv (uv), install from the index, walk the CLI
+    build_doc(raw, engine, version, requirements, generator) -> the flag set document
+    render(doc) -> the file text (deterministic: sorted keys, no timestamps)
+
+The generated file is JSON below a comment header (the engine test double reads it with the
+standard library). Hand-kept knowledge (renames, planner-owned flags, images, config checks,
+defaults the planner relies on) lives in data/engines/hand/<engine>.yml and is merged by the loader
+(planner.flags.flagset_from_doc); regeneration never touches it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .requirements import read_requirements
+
+GENERATOR = "scripts/engine-catalog extract"
+FORMAT_NOTE = [
+    "FORMAT: JSON after the comment lines (every line starting with '#') are removed; the engine test",
+    "double reads it with json.loads, the planner with llmb.catalog. Do not edit by hand: regenerate.",
+    "flag types: flag = no value (store_true/store_const, click flag); bool = --x and --no-x;",
+    "int/float/str/json = one value; list = one or more values (nargs + or *); optional = zero or",
+    "one value (nargs ?); choice = one value out of 'choices'. 'nargs', 'default', 'action' and",
+    "'value_type' are the parser's own.",
+]
+
+
+@dataclass(frozen=True)
+class EngineSpec:
+    engine: str  # data/engines name prefix
+    dist: str  # PyPI distribution
+    extractor: str  # key understood by extract_cli.py
+    cli: str
+    command: tuple[str, ...]
+    python: str = "3.12"
+    extra: tuple[str, ...] = ()
+    # a platform plugin that is not on the package index for x86 (vllm-ascend): its CLI is that of the
+    # base release it pairs with (same version without the rcN suffix), installed and walked instead
+    pairs_with: str | None = None
+    note: str = ""
+
+
+ENGINES: dict[str, EngineSpec] = {
+    "vllm": EngineSpec("vllm", "vllm", "vllm", "vllm serve", ("vllm", "serve")),
+    "sglang": EngineSpec("sglang", "sglang", "sglang", "python -m sglang.launch_server",
+                         ("python", "-m", "sglang.launch_server")),
+    "ray": EngineSpec("ray", "ray", "ray", "ray start", ("ray", "start"), extra=("click",)),
+    "trtllm": EngineSpec("trtllm", "tensorrt-llm", "trtllm", "trtllm-serve serve", ("trtllm-serve", "serve")),
+    "vllm-ascend": EngineSpec(
+        "vllm-ascend", "vllm-ascend", "vllm-ascend", "vllm serve", ("vllm", "serve"), pairs_with="vllm",
+        note="vllm-ascend is an Ascend platform plugin (torch_npu, CANN) without an x86 release on the package "
+             "index; `vllm serve` on Ascend is the paired vLLM release's parser, walked here from that release; "
+             "options the plugin itself adds, if any, are not in this file"),
+}
+DIST_TO_ENGINE = {s.dist: s.engine for s in ENGINES.values()}
+
+_SPEC = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([0-9][0-9A-Za-z.+-]*)$")
+
+
+class ExtractError(Exception):
+    """The release could not be installed or its CLI not walked (message names the step)."""
+
+
+def parse_spec(spec: str) -> tuple[EngineSpec, str]:
+    m = _SPEC.match(spec or "")
+    if not m:
+        raise ExtractError(f"release {spec!r}: expected <engine>==<version>, e.g. vllm==0.19.1")
+    name, version = m.group(1).lower(), m.group(2)
+    eng = ENGINES.get(name) or ENGINES.get(DIST_TO_ENGINE.get(name, ""))
+    if eng is None:
+        raise ExtractError(f"release {spec!r}: unknown engine {name!r}; known: {', '.join(sorted(ENGINES))}")
+    return eng, version
+
+
+# ----------------------------------------------------------------------------- doc building
+
+
+def _canonical(opt: dict) -> str:
+    strings = [s for s in opt["option_strings"] if s not in opt.get("secondary_opts", [])]
+    dashed = "--" + str(opt.get("dest", "")).replace("_", "-")
+    if dashed in strings:
+        return dashed
+    longs = [s for s in strings if s.startswith("--") and not (
+        opt["action"] == "BooleanOptionalAction" and s.startswith("--no-"))]
+    return (longs or strings or opt["option_strings"])[0]
+
+
+def _kind(opt: dict) -> str:
+    action = opt["action"]
+    nargs = opt.get("nargs")
+    if action.startswith("click."):
+        if opt.get("is_flag"):
+            return "bool" if opt.get("secondary_opts") else "flag"
+        if opt.get("choices") is not None:
+            return "choice"
+        if isinstance(nargs, int) and nargs > 1:
+            return "list"
+        return {"integer": "int", "float": "float"}.get(str(opt.get("type")), "str")
+    if action == "BooleanOptionalAction":
+        return "bool"
+    if action in ("_HelpAction", "_VersionAction") and nargs != "?":
+        return "flag"
+    if nargs == 0 or action in ("_StoreTrueAction", "_StoreFalseAction", "_StoreConstAction",
+                                "_CountAction", "_AppendConstAction"):
+        return "flag"
+    if nargs in ("+", "*") or (isinstance(nargs, int) and nargs > 1):
+        return "list"
+    if nargs == "?":
+        return "optional"
+    choices = opt.get("choices")
+    if choices is not None and all(isinstance(c, str) for c in choices):
+        return "choice"
+    tname = str(opt.get("type") or "")
+    if re.search(r"loads|json|parse_dataclass|union_dict_and_str|dict", tname, re.I):
+        return "json"
+    if re.fullmatch(r"(_optional_type\()?int\)?", tname):
+        return "int"
+    if re.fullmatch(r"(_optional_type\()?float\)?", tname):
+        return "float"
+    return "str"
+
+
+def flags_from_options(options: list[dict]) -> tuple[dict[str, dict[str, Any]], int]:
+    """(canonical option -> spec, number of option strings) from the walked parser actions."""
+    flags: dict[str, dict[str, Any]] = {}
+    strings: set[str] = set()
+    for opt in options:
+        if opt["action"] in ("_HelpAction", "_VersionAction"):
+            continue  # --help / --version: recorded under help_options, never planned
+        canon = _canonical(opt)
+        kind = _kind(opt)
+        strings.update(opt["option_strings"])
+        negs: list[str] = []
+        if kind == "bool":
+            if opt["action"].startswith("click."):
+                negs = list(opt.get("secondary_opts") or [])
+            else:
+                negs = [s for s in opt["option_strings"] if s.startswith("--no-") and s != canon]
+        aliases = sorted(s for s in opt["option_strings"] if s != canon and s not in negs)
+        spec: dict[str, Any] = {"type": kind, "action": opt["action"], "dest": opt.get("dest")}
+        if aliases:
+            spec["aliases"] = aliases
+        if negs:
+            spec["negation"] = sorted(negs)
+        for key in ("nargs", "choices", "default", "const"):
+            if opt.get(key) is not None:
+                spec[key] = opt[key]
+        if opt.get("type") is not None:
+            spec["value_type"] = opt["type"]
+        if opt.get("required"):
+            spec["required"] = True
+        if opt.get("multiple"):
+            spec["multiple"] = True
+        if opt.get("help_suppressed"):
+            spec["hidden"] = True
+        if canon in flags:
+            raise ExtractError(f"two parser actions claim {canon}")
+        flags[canon] = spec
+    return dict(sorted(flags.items())), len(strings)
+
+
+def build_doc(raw: dict, eng: EngineSpec, version: str, requirements: dict[str, Any] | None,
+              generator: dict[str, Any]) -> dict[str, Any]:
+    flags, count = flags_from_options(raw["options"])
+    pos = raw.get("positionals") or []
+    positional = None
+    if pos:
+        p = pos[0]
+        positional = {"name": p["dest"], "required": p.get("nargs") not in ("?", "*") and (
+            p.get("required", True) if raw.get("style") == "click" else True)}
+    probes = raw.get("probes") or {}
+    doc: dict[str, Any] = {
+        "engine": eng.engine,
+        "version": version,
+        "cli": eng.cli,
+        "command": list(eng.command),
+        "style": raw.get("style", "argparse"),
+        "allow_abbrev": bool(raw.get("allow_abbrev", False)),
+        "rewrites": raw.get("rewrites") or [],
+        "underscore_equivalent": bool(probes.get("underscore_equivalent", False)),
+        "positional": positional,
+        "option_strings": count,
+        "help_options": sorted(s for o in raw["options"] if o["action"] in ("_HelpAction", "_VersionAction")
+                               for s in o["option_strings"]),
+        "flags": flags,
+        "parsers": {k: sorted(v) for k, v in sorted((raw.get("parsers") or {}).items())},
+        "architectures": sorted(raw.get("architectures") or []),
+        "registry_sources": dict(sorted((raw.get("registry_sources") or {}).items())),
+        "requirements": requirements or {},
+        "generator": generator,
+    }
+    return doc
+
+
+def render(doc: dict[str, Any]) -> str:
+    """The file text: comment header, then JSON with one flag per line (sorted keys)."""
+    gen = doc.get("generator") or {}
+    head = [
+        f"{doc['engine']} {doc['version']}: `{doc.get('cli', '')}` as its own parser defines it. GENERATED.",
+        f"generator: {gen.get('command', GENERATOR)}",
+        *textwrap.wrap(f"Where from: {gen.get('release', '?')} ({gen.get('method', '?')})", 98),
+        f"option strings: {doc.get('option_strings')}; hand-kept knowledge: data/engines/hand/{doc['engine']}.yml",
+        *FORMAT_NOTE,
+    ]
+    out = ["# " + line for line in head]
+    out.append("{")
+    keys = sorted(doc)
+    for i, key in enumerate(keys):
+        comma = "," if i < len(keys) - 1 else ""
+        value = doc[key]
+        if key == "flags":
+            out.append('  "flags": {')
+            items = list(value.items())
+            for j, (flag, spec) in enumerate(items):
+                c = "," if j < len(items) - 1 else ""
+                out.append(f"    {json.dumps(flag)}: {json.dumps(spec, sort_keys=True, ensure_ascii=True)}{c}")
+            out.append("  }" + comma)
+        else:
+            out.append(f"  {json.dumps(key)}: {json.dumps(value, sort_keys=True, ensure_ascii=True)}{comma}")
+    out.append("}")
+    return "\n".join(out) + "\n"
+
+
+def write_atomic(path: Path, text: str) -> bool:
+    """Write when the content differs; True when the file changed."""
+    if path.is_file() and path.read_text(encoding="utf-8") == text:
+        return False
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=str(path.parent), prefix=path.name + ".")
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(text)
+    os.replace(tmp, path)
+    return True
+
+
+# ----------------------------------------------------------------------------- extraction
+
+
+def _uv() -> str:
+    for cand in (os.environ.get("LLMB_UV"), shutil.which("uv"), str(Path(sys.executable).parent / "uv"),
+                 "/work/main/.venv/bin/uv"):
+        if cand and Path(cand).is_file():
+            return cand
+    raise ExtractError("uv not found: set LLMB_UV or install uv into the controller venv")
+
+
+def _run(argv: list[str], env: dict[str, str], step: str, timeout: int = 3600) -> str:
+    proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout, check=False)
+    if proc.returncode != 0:
+        tail = (proc.stderr or proc.stdout or "").strip().splitlines()[-15:]
+        raise ExtractError(f"{step} failed (exit {proc.returncode}): " + " | ".join(tail))
+    return proc.stdout
+
+
+ENV_EXTRA = {"PYTHONDONTWRITEBYTECODE": "1", "VLLM_LOGGING_LEVEL": "ERROR", "TOKENIZERS_PARALLELISM": "false",
+             "HF_HUB_OFFLINE": "1", "CUDA_VISIBLE_DEVICES": "", "VLLM_TARGET_DEVICE": "cpu"}
+
+
+def make_venv(eng: EngineSpec, version: str, work: Path, log=print) -> Path:
+    """A venv under ``work`` holding <dist>==<version> from the package index (uv, cache in work)."""
+    env = dict(os.environ, UV_CACHE_DIR=str(work / "uv-cache"), **ENV_EXTRA)
+    uv = _uv()
+    venv = work / "venv"
+    log(f"venv {venv} (python {eng.python})")
+    _run([uv, "venv", "-q", "--python", eng.python, str(venv)], env, "uv venv")
+    log(f"installing {eng.dist}=={version} (uv pip install)")
+    _run([uv, "pip", "install", "-q", "--python", str(venv / "bin" / "python"), f"{eng.dist}=={version}",
+          *eng.extra], env, f"uv pip install {eng.dist}=={version}")
+    shutil.rmtree(work / "uv-cache", ignore_errors=True)
+    return venv
+
+
+def run_in_venv(venv: Path, args: list[str], stdin: str | None = None, timeout: int = 900) -> Any:
+    """Run extract_cli.py with the venv's interpreter; the JSON it prints after its marker."""
+    env = dict(os.environ, **ENV_EXTRA)
+    script = str(Path(__file__).with_name("extract_cli.py"))
+    argv = [str(venv / "bin" / "python"), script, *args]
+    proc = subprocess.run(argv, env=env, input=stdin, capture_output=True, text=True, timeout=timeout,
+                          check=False)
+    out = proc.stdout
+    marker = out.rfind("@@EXTRACT@@")
+    if proc.returncode != 0 or marker < 0:
+        tail = (proc.stderr or out or "").strip().splitlines()[-15:]
+        raise ExtractError(f"extract_cli.py {' '.join(args)} failed (exit {proc.returncode}): " + " | ".join(tail))
+    return json.loads(out[marker + len("@@EXTRACT@@"):])
+
+
+def extract_raw(eng: EngineSpec, version: str, venv: Path | None = None, log=print) -> tuple[dict, dict]:
+    """Walk the CLI of <dist>==<version>: in ``venv`` when given (it must hold that release), else in a
+    throwaway venv under $TMPDIR that is deleted afterwards. (raw walk, requirements)."""
+    work = None
+    if venv is None:
+        work = Path(tempfile.mkdtemp(prefix=f"engcat-{eng.engine}-", dir=os.environ.get("TMPDIR", "/tmp")))
+    try:
+        if venv is None:
+            venv = make_venv(eng, version, work, log=log)  # type: ignore[arg-type]
+        log("walking the CLI parser")
+        raw = run_in_venv(venv, [eng.extractor])
+        reqs = read_requirements(venv, eng.dist, version)
+        return raw, reqs
+    finally:
+        if work is not None:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def paired(eng: EngineSpec, version: str) -> tuple[EngineSpec, str]:
+    """The release actually installed: the base engine's for a platform plugin (0.20.2rc1 -> 0.20.2)."""
+    if not eng.pairs_with:
+        return eng, version
+    return ENGINES[eng.pairs_with], re.sub(r"(rc|a|b)\d+$", "", version)
+
+
+def extract(spec: str, out_dir: Path, log=print, venv: Path | None = None) -> Path:
+    eng, version = parse_spec(spec)
+    base, base_version = paired(eng, version)
+    raw, reqs = extract_raw(base, base_version, venv=venv, log=log)
+    method = "installed from the package index; parser walked in the release's own venv"
+    if base is not eng:
+        method = (f"walked from {base.dist}=={base_version}, installed from the package index: " + eng.note)
+        reqs = {}  # the x86 base wheel's CUDA / torch say nothing about the platform plugin's image
+    generator = {"command": f"{GENERATOR} {eng.dist}=={version}", "release": f"{base.dist}=={base_version}",
+                 "method": method}
+    doc = build_doc(raw, eng, version, reqs, generator)
+    path = out_dir / f"{eng.engine}-{version}.yml"
+    changed = write_atomic(path, render(doc))
+    log(f"{path}: {doc['option_strings']} option strings, {len(doc['flags'])} options"
+        + ("" if changed else " (unchanged)"))
+    return path
+
+
+def diff_sets(old: dict, new: dict) -> dict[str, list[str]]:
+    """Option strings removed and added between two generated sets."""
+
+    def strings(doc: dict) -> set[str]:
+        out = set()
+        for canon, spec in doc.get("flags", {}).items():
+            out.add(canon)
+            out.update(spec.get("aliases", []))
+            out.update(spec.get("negation", []))
+        return out
+
+    a, b = strings(old), strings(new)
+    return {"removed": sorted(a - b), "added": sorted(b - a)}
+
+
+def shipped(cat: Any) -> dict[str, list[str]]:
+    """engine -> shipped versions, oldest first (llmb.catalog.version_key order)."""
+    out: dict[str, list[str]] = {}
+    for rel in cat.engine_releases():
+        out.setdefault(rel.engine, []).append(rel.version)
+    from ..catalog import version_key
+
+    return {k: sorted(v, key=version_key) for k, v in out.items()}

@@ -1,0 +1,149 @@
+"""What a release needs from the node, read from the installed release (and the driver it implies).
+
+- cuda_major: the N of libcudart.so.N that the release's compiled extensions link (DT_NEEDED of
+  its .so files, read with a small ELF reader: no readelf, no pyelftools);
+- torch: the Requires-Dist pin of its METADATA;
+- glibc: the manylinux tag of its wheel (WHEEL file), i.e. the oldest glibc it runs on;
+- rocm: the N.M of a ROCm build (librocm / libamdhip64 DT_NEEDED, or +rocmN.M in the version).
+
+CUDA_MIN_DRIVER maps a CUDA major to the oldest NVIDIA driver branch that runs it (CUDA 12.x:
+525.60.13, CUDA 13.x: 580.65.06; NVIDIA's CUDA toolkit release notes, minor-version compatibility).
+driver_problem() is the one decision 'this driver cannot run that release' (verify and preflight).
+Standard library only; runs on python3 >= 3.9.
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+from pathlib import Path
+from typing import Any
+
+CUDA_MIN_DRIVER: dict[int, str] = {11: "450.80.02", 12: "525.60.13", 13: "580.65.06"}
+
+
+def _version_tuple(text: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in re.findall(r"\d+", str(text))[:3])
+
+
+def driver_problem(driver: str | None, cuda_major: int | None) -> dict[str, str] | None:
+    """None when the driver runs a release linked against CUDA ``cuda_major``; else the finding."""
+    if cuda_major is None or not driver:
+        return None
+    need = CUDA_MIN_DRIVER.get(int(cuda_major))
+    if need is None:
+        return {"expected": f"a driver for CUDA {cuda_major} (not in CUDA_MIN_DRIVER)", "found": str(driver)}
+    if _version_tuple(driver) < _version_tuple(need):
+        return {"expected": f"NVIDIA driver >= {need} (CUDA {cuda_major})", "found": str(driver)}
+    return None
+
+
+# ----------------------------------------------------------------------------- ELF DT_NEEDED
+
+
+def elf_needed(path: Path) -> list[str]:
+    """DT_NEEDED entries of a 64-bit little-endian ELF file ([] when it is not one)."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError:
+        return []
+    if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
+        return []
+    e_shoff, = struct.unpack_from("<Q", data, 0x28)
+    e_shentsize, e_shnum = struct.unpack_from("<HH", data, 0x3A)
+    sections = []
+    for i in range(e_shnum):
+        off = e_shoff + i * e_shentsize
+        if off + 64 > len(data):
+            return []
+        _name, sh_type, _flags, _addr, sh_offset, sh_size, sh_link = struct.unpack_from("<IIQQQQI", data, off)
+        sections.append((sh_type, sh_offset, sh_size, sh_link))
+    out: list[str] = []
+    for sh_type, sh_offset, sh_size, sh_link in sections:
+        if sh_type != 6 or sh_link >= len(sections):  # SHT_DYNAMIC
+            continue
+        str_off = sections[sh_link][1]
+        for k in range(sh_offset, sh_offset + sh_size, 16):
+            tag, val = struct.unpack_from("<qQ", data, k)
+            if tag == 0:
+                break
+            if tag == 1:  # DT_NEEDED
+                end = data.index(b"\0", str_off + val)
+                out.append(data[str_off + val:end].decode("ascii", "replace"))
+    return out
+
+
+def _dist_info(site: Path, dist: str, version: str) -> Path | None:
+    want = re.sub(r"[-_.]+", "_", dist).lower()
+    for d in sorted(site.glob("*.dist-info")):
+        name = d.name[: -len(".dist-info")]
+        n, _, v = name.rpartition("-")
+        if re.sub(r"[-_.]+", "_", n).lower() == want and (not version or v.split("+")[0] == version.split("+")[0]):
+            return d
+    return None
+
+
+def _linked(site: Path, info: Path) -> tuple[set, set]:
+    """(CUDA majors of libcudart.so.N, ROCm libraries) that the .so files of one dist link."""
+    record = (info / "RECORD").read_text(encoding="utf-8", errors="replace") if (info / "RECORD").is_file() else ""
+    cuda: set = set()
+    rocm: set = set()
+    for line in record.splitlines():
+        rel = line.split(",", 1)[0]
+        if ".so" not in Path(rel).name or rel.startswith(("../", "/")):
+            continue
+        for needed in elf_needed(site / rel):
+            m = re.match(r"libcudart\.so\.(\d+)", needed)
+            if m:
+                cuda.add(int(m.group(1)))
+            if needed.startswith(("libamdhip64", "librocm")):
+                rocm.add(needed)
+    return cuda, rocm
+
+
+def read_requirements(venv: Path, dist: str, version: str) -> dict[str, Any]:
+    """The requirements of an installed release (see the module doc)."""
+    sites = sorted(Path(venv).glob("lib/python*/site-packages"))
+    if not sites:
+        return {}
+    site = sites[0]
+    info = _dist_info(site, dist, version)
+    if info is None:
+        return {}
+    out: dict[str, Any] = {}
+    meta = (info / "METADATA").read_text(encoding="utf-8", errors="replace") if (info / "METADATA").is_file() else ""
+    for line in meta.splitlines():
+        m = re.match(r"Requires-Dist:\s*torch(?![\w.-])\s*([^;]*?)\s*(;.*)?$", line)
+        if m and "extra ==" not in (m.group(2) or ""):
+            out["torch"] = m.group(1).strip().strip("()") or "any"
+    wheel = (info / "WHEEL").read_text(encoding="utf-8", errors="replace") if (info / "WHEEL").is_file() else ""
+    tags = sorted(set(re.findall(r"manylinux_(\d+)_(\d+)", wheel)), key=lambda t: (int(t[0]), int(t[1])))
+    legacy = {"manylinux1": "2.5", "manylinux2010": "2.12", "manylinux2014": "2.17"}
+    if tags:
+        out["glibc"] = f"{tags[0][0]}.{tags[0][1]}"
+    else:
+        for tag, glibc in legacy.items():
+            if tag in wheel:
+                out["glibc"] = glibc
+                break
+    cuda, rocm = _linked(site, info)
+    if not cuda:  # no compiled extension of its own (SGLang): the CUDA of the torch it pins
+        for extra in ("sgl_kernel", "torch"):
+            other = _dist_info(site, extra, "")
+            if other is not None:
+                cuda, more = _linked(site, other)
+                rocm |= more
+                if cuda:
+                    out["cuda_from"] = other.name[: -len(".dist-info")]
+                    break
+    if cuda:
+        out["cuda_major"] = max(cuda)
+        out["cuda_libs"] = [f"libcudart.so.{c}" for c in sorted(cuda)]
+    m = re.search(r"\+rocm(\d+\.\d+)", version)
+    if m:
+        out["rocm"] = m.group(1)
+    elif rocm:
+        out["rocm_libs"] = sorted(rocm)
+    if "cuda_major" in out:
+        out["nvidia_driver_min"] = CUDA_MIN_DRIVER.get(out["cuda_major"])
+    return out

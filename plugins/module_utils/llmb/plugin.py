@@ -1,0 +1,52 @@
+"""What the llmb action and filter plugins (plugins/action, plugins/filter) share, controller side.
+
+No Ansible import here: an action plugin mixes ``ControllerAction`` in before Ansible's ``ActionBase``
+(``class ActionModule(ControllerAction, ActionBase)``) and implements ``act``; a filter plugin wraps its
+functions with ``reraise`` and passes ``AnsibleFilterError`` in.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterable
+from typing import Any
+
+
+class ControllerAction:
+    """``run`` validates the task's arguments against ``arg_spec`` and hands them to ``act`` with the
+    task variables and the result Ansible started."""
+
+    arg_spec: dict[str, dict[str, Any]] = {}
+    TRANSFERS_FILES = False
+    _requires_connection = False
+
+    def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
+        task_vars = task_vars or {}
+        result = super().run(tmp, task_vars)  # type: ignore[misc]
+        _, args = self.validate_argument_spec(argument_spec=self.arg_spec)  # type: ignore[attr-defined]
+        return self.act(args, task_vars, result)
+
+    def act(self, args: dict[str, Any], task_vars: dict[str, Any], result: dict[str, Any]) -> dict[str, Any]:
+        raise NotImplementedError
+
+
+def reraise(fn: Callable[..., Any], catch: type[Exception] | tuple[type[Exception], ...],
+            as_error: Callable[[str], Exception], prefix: str = "") -> Callable[..., Any]:
+    """``fn``, with an exception of the ``catch`` types raised again as ``as_error(prefix + message)``
+    (no traceback chain: the message names the problem). Name and docstring are ``fn``'s."""
+
+    @functools.wraps(fn)
+    def inner(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except catch as err:
+            raise as_error(f"{prefix}{err}") from None
+
+    return inner
+
+
+def reraise_each(fns: Iterable[Callable[..., Any]], catch: type[Exception] | tuple[type[Exception], ...],
+                 as_error: Callable[[str], Exception], prefix: str = "") -> dict[str, Callable[..., Any]]:
+    """``{name: reraise(fn, ...)}`` of the functions: what a filter plugin's ``FilterModule.filters``
+    returns."""
+    return {fn.__name__: reraise(fn, catch, as_error, prefix) for fn in fns}

@@ -1,0 +1,35 @@
+"""Documentation of the llmb_record action plugin (plugins/action/llmb_record.py)."""
+
+DOCUMENTATION = r"""
+---
+module: llmb_record
+short_description: Write this host's result of a stage to the run's artifacts directory
+description:
+  - >-
+    Writes C(<artifacts_dir>/<stage>/<host>.json) on the controller, atomically: C({host, stage,
+    ok: true}) updated with O(data). The one writer of per-host results (llmb.results); the report
+    stage reads them. Results are controller-side state, so it writes in check mode too and never
+    reports a change.
+version_added: "0.1.0"
+author: llm-bringup
+options:
+  artifacts_dir: {description: The run's artifacts directory (llmb_artifacts_dir)., type: path, required: true}
+  stage: {description: Stage name (directory under artifacts_dir)., type: str, required: true}
+  data: {description: Fields of the result (ok may be set to false)., type: dict, default: {}}
+  host: {description: Host the result is of (default the task's inventory_hostname)., type: str}
+attributes:
+  check_mode: {support: full, description: Writes the controller-side result in check mode too.}
+  diff_mode: {support: none}
+"""
+
+EXAMPLES = r"""
+- name: Record the result
+  llmb_record:
+    artifacts_dir: "{{ llmb_artifacts_dir }}"
+    stage: serve
+    data: {services: [llmb-vllm]}
+"""
+
+RETURN = r"""
+path: {description: Path of the result file., returned: always, type: str}
+"""

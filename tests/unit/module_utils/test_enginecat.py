@@ -1,0 +1,328 @@
+"""The engine catalog: generated sets (llmb.enginecat), the hand-kept overlays, several releases per
+engine, renames and release-named refusals, requirements (CUDA major -> driver)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import re
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+from llmb import enginecat as E
+from llmb.catalog import Catalog, CatalogError, version_key
+from llmb.enginecat.requirements import CUDA_MIN_DRIVER, driver_problem, elf_needed
+from llmb.planner.flags import EngineArgs, option_strings
+
+REPO = Path(__file__).resolve().parents[3]
+DATA = REPO / "data"
+CAT = Catalog(DATA)
+
+
+def _extract_cli():
+    spec = importlib.util.spec_from_file_location(
+        "extract_cli", REPO / "plugins" / "module_utils" / "llmb" / "enginecat" / "extract_cli.py"
+    )
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+XC = _extract_cli()
+
+
+def _doc_text(path: Path) -> dict:
+    return json.loads("\n".join(ln for ln in path.read_text().splitlines() if not ln.startswith("#")))
+
+
+# --------------------------------------------------------------------------- shipped sets
+
+
+# Sets that could not be generated on this machine, with the reason (docs/engines.md says the same).
+NOT_GENERATED = {
+    "trtllm-1.1.0": "tensorrt-llm 1.1.0 on PyPI is a wheel_stub sdist that downloads from pypi.nvidia.com",
+}
+
+
+def test_every_shipped_set_is_generated_and_names_its_generator():
+    names = CAT.flagset_names()
+    assert names, "no engine sets shipped"
+    for name in names:
+        if name in NOT_GENERATED:
+            assert "NOT GENERATED" in (DATA / "engines" / f"{name}.yml").read_text().splitlines()[0], name
+            continue
+        path = DATA / "engines" / f"{name}.yml"
+        text = path.read_text()
+        doc = CAT.flagset_doc(name)
+        gen = doc["generator"]
+        assert gen["command"].startswith("scripts/engine-catalog extract "), name
+        assert f"# generator: {gen['command']}" in text.splitlines()[:4], name
+        # the file is exactly what the generator renders from its content: no hand edit survives
+        assert E.render(doc) == text, f"{name} differs from what the generator renders"
+        assert doc["option_strings"] == len(option_strings(doc)), name
+        fs = CAT.flagset(doc["engine"], doc["version"])
+        assert fs is not None and fs.flags, name
+
+
+@pytest.mark.parametrize("name, count", [("vllm-0.19.1", 314), ("sglang-0.5.5", 281)])
+def test_real_parser_counts(name, count):
+    """The testers' counts of the real parsers' option strings (help options apart)."""
+    doc = CAT.flagset_doc(name)
+    assert len(option_strings(doc)) == count
+    assert set(doc["help_options"]) == {"-h", "--help"}
+
+
+def test_vllm_0_19_1_has_the_flags_the_hand_set_missed_and_none_of_its_phantoms():
+    strings = option_strings(CAT.flagset_doc("vllm-0.19.1"))
+    for real in ("--attention-backend", "--moe-backend", "--nnodes", "--node-rank", "--master-addr",
+                 "--master-port", "--optimization-level", "--prefill-context-parallel-size",
+                 "--kv-offloading-size", "-ep", "-dph"):
+        assert real in strings, real
+    for phantom in ("--swap-space", "--disable-frontend-multiprocessing",
+                    "--no-disable-frontend-multiprocessing", "--logits-processor-pattern", "-O"):
+        assert phantom not in strings, phantom
+    doc = CAT.flagset_doc("vllm-0.19.1")
+    assert doc["allow_abbrev"] is True
+    assert any(r["from"] == "-O<N>" and r["sets"] == {"optimization_level": "3"} for r in doc["rewrites"])
+    assert doc["underscore_equivalent"] is True
+    assert "kimi_k2" in doc["parsers"]["tool_call"] and "DeepseekV3ForCausalLM" in doc["architectures"]
+
+
+def test_sglang_0_5_5_phantom_gone_and_planner_spelling_kept():
+    assert "--enable-deepep-moe" not in option_strings(CAT.flagset_doc("sglang-0.5.5"))
+    fs = CAT.flagset("sglang", "0.5.5")
+    assert "--tp-size" in fs.flags and "--tensor-parallel-size" in fs.flags["--tp-size"]["aliases"]
+    assert fs.resolve("--tensor-parallel-size") == ("--tp-size", False)
+    assert fs.images["nvidia"].startswith("lmsysorg/sglang")  # from the overlay
+
+
+def test_versions_sort_and_default_is_newest():
+    assert sorted(["0.23.0", "0.19.1", "0.20.2rc1", "0.20.2", "0.9.0"], key=version_key) == [
+        "0.9.0", "0.19.1", "0.20.2rc1", "0.20.2", "0.23.0"]
+    for engine in {r.engine for r in CAT.engine_releases()}:
+        versions = CAT.flagset_versions(engine)
+        assert CAT.newest_version(engine) == versions[-1]
+
+
+# --------------------------------------------------------------------------- generator logic
+
+
+def _toy_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="toy")
+    p.add_argument("model", nargs="?")
+    p.add_argument("--tensor-parallel-size", "-tp", type=int, default=1)
+    p.add_argument("--enable-thing", action=argparse.BooleanOptionalAction, default=False)
+    p.add_argument("--dtype", choices=["auto", "bfloat16"], default="auto")
+    p.add_argument("--config", type=json.loads, default=None)
+    p.add_argument("--served-model-name", nargs="+")
+    p.add_argument("--headless", action="store_true")
+    p.add_argument("--path", type=str, default=Path("/x"))
+    p.add_argument("--obj", default=object())
+    return p
+
+
+def test_walk_and_build_doc_from_a_real_argparse_parser():
+    raw = XC.walk_argparse(_toy_parser())
+    raw["probes"] = XC.probes_of(_toy_parser())
+    eng = E.ENGINES["vllm"]
+    doc = E.build_doc(raw, eng, "9.9.9", {}, {"command": "scripts/engine-catalog extract vllm==9.9.9"})
+    flags = doc["flags"]
+    assert flags["--tensor-parallel-size"]["type"] == "int" and flags["--tensor-parallel-size"]["aliases"] == ["-tp"]
+    assert flags["--enable-thing"]["type"] == "bool" and flags["--enable-thing"]["negation"] == ["--no-enable-thing"]
+    assert flags["--dtype"] == {"action": "_StoreAction", "choices": ["auto", "bfloat16"], "default": "auto",
+                                "dest": "dtype", "type": "choice"}
+    assert flags["--config"]["type"] == "json"
+    assert flags["--served-model-name"]["type"] == "list"
+    assert flags["--headless"]["type"] == "flag"
+    assert flags["--path"]["default"] == "/x" and flags["--obj"]["default"] == "<object>"
+    assert doc["positional"] == {"name": "model", "required": False}
+    assert doc["option_strings"] == 10 and doc["help_options"] == ["--help", "-h"]
+    assert doc["underscore_equivalent"] is False  # plain argparse refuses --tensor_parallel_size
+    text = E.render(doc)
+    # deterministic: a second walk renders the same bytes (no object addresses, no timestamps)
+    raw2 = XC.walk_argparse(_toy_parser())
+    raw2["probes"] = XC.probes_of(_toy_parser())
+    assert E.render(E.build_doc(raw2, eng, "9.9.9", {}, doc["generator"])) == text
+    assert re.search(r"0x[0-9a-f]{6,}", text) is None
+
+
+def test_regenerated_file_written_only_when_changed(tmp_path):
+    path = tmp_path / "x.yml"
+    assert E.write_atomic(path, "a\n") is True
+    assert E.write_atomic(path, "a\n") is False
+    assert path.read_text() == "a\n"
+
+
+@pytest.mark.parametrize("spec", ["vllm", "vllm==", "vllm>=0.1", "nosuch==1.0", "vllm==1.0; rm -rf /"])
+def test_bad_release_spec_is_refused(spec):
+    with pytest.raises(E.ExtractError):
+        E.parse_spec(spec)
+
+
+def test_parse_spec_knows_pypi_names():
+    assert E.parse_spec("tensorrt-llm==1.1.0")[0].engine == "trtllm"
+    assert E.parse_spec("vllm==0.19.1") == (E.ENGINES["vllm"], "0.19.1")
+
+
+def test_diff_sets_lists_removed_and_added():
+    old = {"flags": {"--a": {"type": "bool", "negation": ["--no-a"]}, "--b": {"type": "int"}}}
+    new = {"flags": {"--b": {"type": "int", "aliases": ["-b"]}, "--c": {"type": "str"}}}
+    assert E.diff_sets(old, new) == {"removed": ["--a", "--no-a"], "added": ["--c", "-b"]}
+
+
+def test_split_command_finds_the_engine_in_wrappers():
+    from llmb.enginecat.check import split_command
+
+    assert split_command(["/v/bin/vllm", "serve", "/m", "--port", "1"], ["vllm", "serve"]) == ["/m", "--port", "1"]
+    assert split_command(["docker", "exec", "c", "python3", "-m", "sglang.launch_server", "--tp-size", "8"],
+                         ["python", "-m", "sglang.launch_server"]) == ["--tp-size", "8"]
+    assert split_command(["/v/bin/ray", "start", "--head"], ["vllm", "serve"]) is None
+
+
+# --------------------------------------------------------------------------- overlays
+
+
+def test_overlay_is_validated(tmp_path):
+    shutil.copytree(DATA, tmp_path / "data")
+    path = tmp_path / "data" / "engines" / "hand" / "vllm.yml"
+    text = path.read_text().replace('"engine": "vllm",', '"engine": "vllm",\n "flags": {},', 1)
+    path.write_text(text)
+    with pytest.raises(CatalogError, match="flags: not an overlay key"):
+        Catalog(tmp_path / "data").flagset("vllm", "0.19.1")
+
+
+def test_overlay_rename_needs_a_source(tmp_path):
+    shutil.copytree(DATA, tmp_path / "data")
+    path = tmp_path / "data" / "engines" / "hand" / "vllm.yml"
+    text = path.read_text()
+    text = re.sub(r'"source": "vllm PR #21739[^"]*",\n', "", text)
+    path.write_text(text)
+    with pytest.raises(CatalogError, match="renamed.--disable-log-requests must be a mapping with 'to'"):
+        Catalog(tmp_path / "data").flagset("vllm", "0.19.1")
+
+
+# --------------------------------------------------------------------------- renames and releases
+
+
+def test_disable_log_requests_translated_for_every_vllm_release_that_lacks_it():
+    versions = CAT.flagset_versions("vllm")
+    lacking = [v for v in versions if "--disable-log-requests" not in option_strings(CAT.flagset_doc(f"vllm-{v}"))]
+    assert lacking == versions  # every shipped vLLM release removed it
+    for v in lacking:
+        ea = EngineArgs(CAT.flagset("vllm", v))
+        ea.apply_argv(["--disable-log-requests"], "recipe", {})
+        assert not ea.problems, (v, ea.problems)
+        assert ea.argv() == ["--no-enable-log-requests"], v
+        assert any("translated" in n for n in ea.notes)
+
+
+def _with_newer_release(tmp_path: Path) -> Catalog:
+    """A data copy with a synthetic newer vLLM set that has one more flag."""
+    shutil.copytree(DATA, tmp_path / "data")
+    newest = CAT.newest_version("vllm")
+    doc = CAT.flagset_doc(f"vllm-{newest}")
+    doc = json.loads(json.dumps(doc))
+    doc["version"] = "99.0.0"
+    doc["flags"]["--brand-new-knob"] = {"type": "int", "action": "_StoreAction", "dest": "brand_new_knob"}
+    doc["option_strings"] += 1
+    (tmp_path / "data" / "engines" / "vllm-99.0.0.yml").write_text(E.render(doc))
+    return Catalog(tmp_path / "data")
+
+
+def test_flag_of_a_newer_release_refused_on_an_older_one_naming_the_release(tmp_path):
+    cat = _with_newer_release(tmp_path)
+    assert cat.newest_version("vllm") == "99.0.0"
+    ea = EngineArgs(cat.flagset("vllm", "0.19.1"))
+    ea.apply_token("--brand-new-knob", 3, "llmb_engine_args", {})
+    (p,) = ea.problems
+    assert p.check == "engine-flag-unknown"
+    assert "introduced in vllm 99.0.0" in p.message and "llmb_engine_version to 99.0.0" in p.fix
+    ok = EngineArgs(cat.flagset("vllm", "99.0.0"))
+    ok.apply_token("--brand-new-knob", 3, "llmb_engine_args", {})
+    assert not ok.problems and ok.argv() == ["--brand-new-knob", "3"]
+
+
+def test_real_newest_only_flag_refused_on_0_19_1():
+    newest = CAT.newest_version("vllm")
+    only_new = sorted(option_strings(CAT.flagset_doc(f"vllm-{newest}")) - option_strings(
+        CAT.flagset_doc("vllm-0.19.1")))
+    if newest == "0.19.1" or not only_new:
+        pytest.skip("one vLLM release shipped")
+    flag = next(f for f in only_new if f.startswith("--") and not f.startswith("--no-"))
+    ea = EngineArgs(CAT.flagset("vllm", "0.19.1"))
+    ea.apply_token(flag, "1", "llmb_engine_args", {})
+    assert ea.problems and "introduced in vllm" in ea.problems[0].message
+
+
+def test_flag_removed_in_a_later_release_names_it(tmp_path):
+    cat = _with_newer_release(tmp_path)
+    doc = json.loads(json.dumps(cat.flagset_doc("vllm-99.0.0")))
+    doc["version"] = "100.0.0"
+    del doc["flags"]["--brand-new-knob"]
+    doc["option_strings"] -= 1
+    (tmp_path / "data" / "engines" / "vllm-100.0.0.yml").write_text(E.render(doc))
+    cat = Catalog(tmp_path / "data")
+    ea = EngineArgs(cat.flagset("vllm", "100.0.0"))
+    ea.apply_token("--brand-new-knob", 3, "x", {})
+    assert "removed in vllm 100.0.0" in ea.problems[0].message
+
+
+# --------------------------------------------------------------------------- requirements
+
+
+def test_driver_570_cannot_run_a_cuda_13_release():
+    assert CUDA_MIN_DRIVER[12] == "525.60.13" and CUDA_MIN_DRIVER[13] == "580.65.06"
+    p = driver_problem("570.148.08", 13)
+    assert p == {"expected": "NVIDIA driver >= 580.65.06 (CUDA 13)", "found": "570.148.08"}
+    assert driver_problem("580.65.06", 13) is None
+    assert driver_problem("570.148.08", 12) is None
+    assert driver_problem(None, 13) is None
+
+
+def test_elf_reader_reads_dt_needed_of_a_real_library():
+    lib = Path(sys.executable).resolve()
+    needed = elf_needed(lib)
+    if not needed:
+        pytest.skip("interpreter is statically linked")
+    assert any(n.startswith("libc.so") for n in needed)
+    assert elf_needed(Path(__file__)) == []
+
+
+def test_shipped_requirements_name_a_cuda_major_and_its_driver():
+    for rel in CAT.engine_releases():
+        req = rel.doc.get("requirements") or {}
+        if "cuda_major" in req:
+            assert req["nvidia_driver_min"] == CUDA_MIN_DRIVER[req["cuda_major"]], rel.name
+            assert req["cuda_libs"] == [f"libcudart.so.{req['cuda_major']}"] or len(req["cuda_libs"]) > 1
+
+
+def test_h800_recipe_disable_log_requests_planned_for_every_shipped_vllm():
+    """The h800 recipe (seed 002) passes --disable-log-requests: every shipped vLLM release plans
+    it as --no-enable-log-requests (and the real parsers accepted those plans: docs/engines.md)."""
+    from llmb.enginecat.check import planned_cases
+
+    cases, summary = planned_cases(REPO, [REPO / "inventories" / "h800"])
+    (inv,) = summary
+    assert inv.allowed == CAT.flagset_versions("vllm") and not inv.refused
+    vllm_cases = [c for c in cases if c.engine == "vllm"]
+    assert {c.version for c in vllm_cases} == set(CAT.flagset_versions("vllm"))
+    for c in vllm_cases:
+        assert "--no-enable-log-requests" in c.args and "--disable-log-requests" not in c.args, c.version
+    assert {c.engine for c in cases} == {"vllm", "ray"}
+
+
+def test_real_flag_removed_between_shipped_releases_names_the_release():
+    versions = CAT.flagset_versions("vllm")
+    checked = 0
+    for older, newer in zip(versions, versions[1:], strict=False):
+        gone = sorted(f for f in option_strings(CAT.flagset_doc(f"vllm-{older}"))
+                      - option_strings(CAT.flagset_doc(f"vllm-{newer}")) if f.startswith("--") and not f.startswith("--no-"))
+        for flag in gone[:3]:
+            ea = EngineArgs(CAT.flagset("vllm", newer))
+            ea.apply_token(flag, "1", "llmb_engine_args", {})
+            assert ea.problems and f"removed in vllm {newer}" in ea.problems[0].message, (flag, newer)
+            checked += 1
+    assert checked or len(versions) < 2

@@ -1,0 +1,66 @@
+"""llmb.plugin: what the action and filter plugins share (argument handling, error translation)."""
+
+from __future__ import annotations
+
+import pytest
+from llmb.plugin import ControllerAction, reraise, reraise_each
+
+
+class PluginError(Exception):
+    pass
+
+
+def parse(value, strict=True):
+    """Parse a number."""
+    if strict and not str(value).isdigit():
+        raise ValueError(f"expected digits, found {value!r}")
+    return int(value)
+
+
+def test_reraise_translates_only_the_named_errors_and_keeps_name_and_doc():
+    wrapped = reraise(parse, ValueError, PluginError, "numbers: ")
+    assert wrapped("12") == 12
+    assert wrapped(value="7", strict=False) == 7
+    assert (wrapped.__name__, wrapped.__doc__) == ("parse", "Parse a number.")
+    with pytest.raises(PluginError, match=r"^numbers: expected digits, found 'x'$") as info:
+        wrapped("x")
+    assert info.value.__cause__ is None and info.value.__suppress_context__
+    with pytest.raises(TypeError):
+        reraise(parse, KeyError, PluginError)(None, 1, 2)
+
+
+def test_reraise_each_names_every_function():
+    filters = reraise_each((parse, str.upper), (ValueError, KeyError), PluginError, "f: ")
+    assert sorted(filters) == ["parse", "upper"]
+    assert filters["upper"]("a") == "A"
+    with pytest.raises(PluginError, match="^f: expected digits"):
+        filters["parse"]("-1")
+
+
+class FakeActionBase:
+    """The two methods of Ansible's ActionBase that ControllerAction relies on."""
+
+    def run(self, tmp=None, task_vars=None):
+        self.seen_vars = task_vars
+        return {"started": True}
+
+    def validate_argument_spec(self, argument_spec=None):
+        self.seen_spec = argument_spec
+        return None, {name: spec.get("default") for name, spec in argument_spec.items()}
+
+
+class Echo(ControllerAction, FakeActionBase):
+    arg_spec = {"stage": {"type": "str", "default": "engine"}}
+
+    def act(self, args, task_vars, result):
+        return dict(result, args=args, host=task_vars.get("inventory_hostname"))
+
+
+def test_controller_action_validates_arguments_then_acts():
+    action = Echo()
+    assert action.run(task_vars={"inventory_hostname": "n1"}) == {
+        "started": True, "args": {"stage": "engine"}, "host": "n1"}
+    assert action.seen_spec is Echo.arg_spec
+    assert action.run() == {"started": True, "args": {"stage": "engine"}, "host": None}
+    assert action.seen_vars == {}
+    assert (Echo.TRANSFERS_FILES, Echo._requires_connection) == (False, False)
