@@ -249,10 +249,25 @@ def test_the_pinned_releases_default_memory_fraction_is_used():
     platform = Catalog(DATA).platform("h100-x1")
     ctx = SimpleNamespace(model_name="kimi-k2-tiny", model=Catalog(DATA).model("kimi-k2-tiny").raw, engine="vllm",
                           platform=platform, v={}, notes=[],
-                          flagset=SimpleNamespace(defaults={"--gpu-memory-utilization": 0.92}))
+                          flagset=SimpleNamespace(defaults={"--gpu-memory-utilization": 0.9},
+                                                  flags={"--gpu-memory-utilization": {"default": 0.92}}))
     topo = SimpleNamespace(tp=1, pp=1, dp=1, dcp=1, devices_per_node=1)
     assert memory.check_fit(ctx, topo, {"--max-model-len": 4096}) == []
     assert "x 0.92 (--gpu-memory-utilization)" in ctx.notes[0]
     ctx.notes.clear()
     memory.check_fit(ctx, topo, {"--max-model-len": 4096, "--gpu-memory-utilization": 0.5})
     assert "x 0.5 (--gpu-memory-utilization)" in ctx.notes[0]
+
+    # no parser default: the flag set's hand-kept default
+    ctx.notes.clear()
+    ctx.flagset = SimpleNamespace(defaults={"--gpu-memory-utilization": 0.8}, flags={})
+    memory.check_fit(ctx, topo, {"--max-model-len": 4096})
+    assert "x 0.8 (--gpu-memory-utilization)" in ctx.notes[0]
+
+
+def test_vllm_0_23_0_prediction_uses_its_0_92():
+    """The generated 0.23.0 flag set's parser default reaches the prediction; 0.19.1 keeps 0.9."""
+    assert _estimate(_plan("h200", llmb_engine_version="0.23.0")).fraction == 0.92
+    assert _estimate(_plan("h200", llmb_engine_version="0.19.1")).fraction == 0.9
+    # a value the inventory or preset sets still wins (the h100 sample's preset: 0.95)
+    assert _estimate(_plan("h100", llmb_engine_version="0.23.0")).fraction == 0.95
