@@ -15,6 +15,7 @@ options:
   requests: {description: Number of requests., type: int, default: 32}
   concurrency: {description: Parallel clients., type: int, default: 4}
   max_tokens: {description: Max output tokens per request., type: int, default: 64}
+  warmup_requests: {description: "Requests sent first, one at a time, not counted (kernels compiled on first use stay out of the figures).", type: int, default: 0}
   min_success_rate: {description: Fraction of requests that must succeed., type: float, default: 1.0}
   min_output_tok_s: {description: Minimum output token throughput., type: float}
   max_p99_s: {description: Maximum p99 latency in seconds., type: float}
@@ -44,12 +45,14 @@ def main():
             base_url=dict(type="str", required=True), model=dict(type="str", required=True),
             requests=dict(type="int", default=32), concurrency=dict(type="int", default=4),
             max_tokens=dict(type="int", default=64), min_success_rate=dict(type="float", default=1.0),
+            warmup_requests=dict(type="int", default=0),
             min_output_tok_s=dict(type="float"), max_p99_s=dict(type="float"), host=dict(type="str"),
         ),
         supports_check_mode=True,
     )
     p = m.params
-    res = run_bench(p["base_url"], p["model"], p["requests"], p["concurrency"], p["max_tokens"])
+    res = run_bench(p["base_url"], p["model"], p["requests"], p["concurrency"], p["max_tokens"],
+                    warmup=p["warmup_requests"])
     bad = gate(res, p["min_success_rate"], p["min_output_tok_s"], p["max_p99_s"])
     if bad:
         m.fail_json(msg=f"{p['host'] or p['base_url']}: benchmark below thresholds: " + "; ".join(bad), result=res)

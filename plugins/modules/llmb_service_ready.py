@@ -36,6 +36,7 @@ EXAMPLES = r"""
 
 RETURN = r"""
 waited_s: {description: Seconds waited., type: float, returned: always}
+engine_error: {description: "The engine's own error line from the log tail (last exception or usage error), on failure.", type: str, returned: failure}
 models: {description: Model ids listed by /v1/models when a health spec was given., type: list, returned: success}
 """
 
@@ -49,6 +50,7 @@ from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 from ansible.module_utils.llmb.serve import (  # noqa: E402
     connected_to,
     container_verdict,
+    engine_error_line,
     parse_systemctl_show,
     unit_verdict,
 )
@@ -94,9 +96,12 @@ class Waiter:
         return unit_verdict(self._unit_props(), self.restarts0)
 
     def fail(self, why, waited):
-        self.m.fail_json(msg=f"{self.name} ({self.kind}): {why} after {waited:.0f}s.\n"
-                             f"--- last {self.m.params['log_lines']} log lines ---\n{self.logs()}",
-                         waited_s=round(waited, 1), cause=why)
+        logs = self.logs()
+        err = engine_error_line(logs)
+        self.m.fail_json(msg=f"{self.name} ({self.kind}): {why} after {waited:.0f}s."
+                             + (f" Engine error: {err}" if err else "") + "\n"
+                             f"--- last {self.m.params['log_lines']} log lines ---\n{logs}",
+                         waited_s=round(waited, 1), cause=why, engine_error=err)
 
 
 def tcp_open(host, port):

@@ -16,6 +16,7 @@ options:
   model: {description: Served model name., type: str, required: true}
   reasoning: {description: Expect reasoning_content., type: bool, default: false}
   tool_calls: {description: Expect a tool call., type: bool, default: false}
+  tool_choice: {description: "auto (the model decides) or named (the request names the function: forced, for random weights).", type: str, default: auto, choices: [auto, named]}
   timeout_s: {description: Per-request timeout., type: int, default: 120}
   host: {description: Node the endpoint runs on (for messages)., type: str}
   api_key: {description: Bearer token when the server requires one., type: str, no_log: true}
@@ -45,6 +46,7 @@ def main():
             model=dict(type="str", required=True),
             reasoning=dict(type="bool", default=False),
             tool_calls=dict(type="bool", default=False),
+            tool_choice=dict(type="str", default="auto", choices=["auto", "named"]),
             timeout_s=dict(type="int", default=120),
             host=dict(type="str"),
             api_key=dict(type="str", no_log=True),
@@ -52,7 +54,8 @@ def main():
         supports_check_mode=True,
     )
     p = m.params
-    checks = run_smoke(p["base_url"], p["model"], p["reasoning"], p["tool_calls"], p["timeout_s"], p["api_key"])
+    checks = run_smoke(p["base_url"], p["model"], p["reasoning"], p["tool_calls"], p["timeout_s"], p["api_key"],
+                       p["tool_choice"])
     if all(c["ok"] for c in checks):
         m.exit_json(changed=False, transcript=checks)
     m.fail_json(msg=failures_text(p["host"] or p["base_url"], checks), transcript=checks)

@@ -141,8 +141,12 @@ def _aliases(fs: dict) -> dict[str, str]:
     return out
 
 
-def parse(fs: dict, argv: list[str]) -> tuple[dict, list[str]]:
-    """Parse argv into ({'--canonical': value}, positionals). Raises UsageError like the real CLI."""
+def parse(fs: dict, argv: list[str], max_positionals: int | None = None) -> tuple[dict, list[str]]:
+    """Parse argv into ({'--canonical': value}, positionals). Raises UsageError like the real CLI.
+
+    With ``max_positionals``, positionals beyond it are unrecognized too, reported with the unknown
+    options in argv order as argparse does: `vllm serve M --max-num-seqz 64` (a flag the release does
+    not have) says "unrecognized arguments: --max-num-seqz 64" (vLLM 0.23.0 on the lent H100)."""
     alias = _aliases(fs)
     click = fs.get("style") == "click"
     underscores = bool(fs.get("underscore_equivalent"))
@@ -185,7 +189,10 @@ def parse(fs: dict, argv: list[str]) -> tuple[dict, list[str]]:
             positionals += argv[i + 1 :]
             break
         if not tok.startswith("-") or tok == "-":
-            positionals.append(tok)
+            if max_positionals is not None and len(positionals) >= max_positionals:
+                unknown.append(tok)
+            else:
+                positionals.append(tok)
             i += 1
             continue
         name, eq, inline = tok.partition("=")

@@ -36,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
         usage = "usage: vllm [-h] [-v] {chat,complete,serve,bench,collect-env,run-batch} ..."
         return flagset.usage_error(usage, f"vllm: error: argument subparser: invalid choice: {argv[:1]!r}")
     try:
-        args, pos = flagset.parse(fs, argv[1:])
+        args, pos = flagset.parse(fs, argv[1:], max_positionals=1)
         if len(pos) > 1:
             raise flagset.UsageError(f"unrecognized arguments: {' '.join(pos[1:])}")
         reasoning = args.get("--reasoning-parser")

@@ -7,24 +7,41 @@ request and output-token throughput. It is the stage-6 gate when no engine-nativ
 
 from __future__ import annotations
 
+import http.client
 import json
 import statistics
 import threading
 import time
-import urllib.error
-import urllib.request
+import urllib.parse
 
 
-def _one(url: str, body: bytes, timeout: float) -> tuple[bool, float, int, str]:
-    t0 = time.perf_counter()
-    req = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as r:
-            data = json.loads(r.read())
-        toks = int((data.get("usage") or {}).get("completion_tokens") or 0)
-        return True, time.perf_counter() - t0, toks, ""
-    except (urllib.error.URLError, OSError, ValueError, TimeoutError) as e:
-        return False, time.perf_counter() - t0, 0, str(getattr(e, "reason", e))[:200]
+class _Client:
+    """One worker's HTTP/1.1 connection, kept alive between requests as serving benchmarks' clients
+    do (`vllm bench serve` reuses its connections); reopened when the server closed it."""
+
+    def __init__(self, url: str, timeout: float):
+        u = urllib.parse.urlsplit(url)
+        cls = http.client.HTTPSConnection if u.scheme == "https" else http.client.HTTPConnection
+        self.conn = cls(u.hostname or "127.0.0.1", u.port, timeout=timeout)
+        self.path = u.path + (f"?{u.query}" if u.query else "")
+
+    def post(self, body: bytes) -> tuple[bool, float, int, str]:
+        t0 = time.perf_counter()
+        try:
+            self.conn.request("POST", self.path, body=body, headers={"Content-Type": "application/json"})
+            r = self.conn.getresponse()
+            raw = r.read()
+            if r.status != 200:
+                return False, time.perf_counter() - t0, 0, f"HTTP Error {r.status}: {r.reason}"
+            data = json.loads(raw)
+            toks = int((data.get("usage") or {}).get("completion_tokens") or 0)
+            return True, time.perf_counter() - t0, toks, ""
+        except (http.client.HTTPException, OSError, ValueError, TimeoutError) as e:
+            self.conn.close()
+            return False, time.perf_counter() - t0, 0, str(e)[:200]
+
+    def close(self) -> None:
+        self.conn.close()
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -37,23 +54,34 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def run_bench(base_url: str, model: str, requests: int = 32, concurrency: int = 4, max_tokens: int = 64,
-              prompt: str = "Write a haiku about GPUs.", timeout: float = 300) -> dict:
+              prompt: str = "Write a haiku about GPUs.", timeout: float = 300, warmup: int = 0) -> dict:
+    """``warmup`` requests go first, one at a time, and are not counted (as `vllm bench serve`'s
+    initial test request): kernels compiled on first use stay out of the figures."""
     url = base_url.rstrip("/") + "/chat/completions"
     body = json.dumps({"model": model, "messages": [{"role": "user", "content": prompt}],
                        "max_tokens": max_tokens, "temperature": 0}).encode()
+    if warmup:
+        first = _Client(url, timeout)
+        for _ in range(warmup):
+            first.post(body)
+        first.close()
     results: list[tuple[bool, float, int, str]] = []
     lock = threading.Lock()
     todo = list(range(requests))
 
     def worker():
-        while True:
-            with lock:
-                if not todo:
-                    return
-                todo.pop()
-            r = _one(url, body, timeout)
-            with lock:
-                results.append(r)
+        client = _Client(url, timeout)
+        try:
+            while True:
+                with lock:
+                    if not todo:
+                        return
+                    todo.pop()
+                r = client.post(body)
+                with lock:
+                    results.append(r)
+        finally:
+            client.close()
 
     t0 = time.perf_counter()
     threads = [threading.Thread(target=worker) for _ in range(max(1, concurrency))]

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 
 from .procnet import TCP_ESTABLISHED, addr, read_tables, rows, socket_inodes
 from .quoting import (
@@ -159,6 +160,43 @@ def unit_verdict(props: dict, restarts_at_start: int) -> str | None:
     if active == "inactive" and sub == "dead":
         return "unit is not running (inactive)"
     return None
+
+
+_ERROR_LINE = re.compile(
+    r"(?:^|\s)(?:[A-Za-z_][\w.]*(?:Error|Exception): .*"  # ValueError: ... (a traceback's last line)
+    r"|[\w.-]+: error: .*)$"  # argparse: "vllm: error: unrecognized arguments: ..."
+)
+
+
+_PROC_PREFIX = re.compile(r"^\s*\([\w ]+pid=\d+\)\s?")
+
+
+def engine_error_line(log_text: str) -> str | None:
+    """The engine's own error line in a log tail: the last exception or usage-error line.
+
+    A real engine that dies at start writes a long traceback (and, in vLLM's case, the same error
+    again from the engine core process) after which only shutdown noise follows; the operator needs
+    the one line that says why."""
+    best = wrapper = None
+    lines = log_text.splitlines()
+    for n, line in enumerate(lines):
+        m = _ERROR_LINE.search(line.strip())
+        if m:
+            text = m.group(0).strip()
+            # vLLM's API process ends with "RuntimeError: Engine core initialization failed. See root
+            # cause above."; the cause is the engine core's own error before it
+            if "root cause above" in text:
+                wrapper = text
+                continue
+            # pydantic (vLLM >= 0.2x config classes): the reason is on the next line,
+            # "(APIServer pid=1) ValidationError: 1 validation error for ParallelConfig" then
+            # "(APIServer pid=1)   Value error, World size (2) is larger than ..."
+            if "validation error for" in text and n + 1 < len(lines):
+                reason = _PROC_PREFIX.sub("", lines[n + 1]).strip()
+                if reason.startswith("Value error, "):
+                    text = f"{text}: {reason[len('Value error, '):]}"
+            best = text
+    return best or wrapper
 
 
 def parse_systemctl_show(text: str) -> dict:

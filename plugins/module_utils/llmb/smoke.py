@@ -39,8 +39,22 @@ def _call(method: str, url: str, body: dict | None, timeout: float, token: str |
         return status, {"raw": raw[:500].decode(errors="replace")}
 
 
+# tool_choice "named": the request names the function (OpenAI's {"type": "function", ...}), so the
+# engine must return it in tool_calls whatever the weights say (guided decoding): the check for a
+# model with random weights. The city is an enum there so the forced JSON arguments stay short.
+TOOL_CHOICES = ("auto", "named")
+
+
+def forced_tool_request(chat: dict) -> dict:
+    tool = json.loads(json.dumps(WEATHER_TOOL))
+    tool["function"]["parameters"]["properties"]["city"]["enum"] = ["Paris", "London"]
+    return dict(chat, messages=[{"role": "user", "content": "What is the weather in Paris? Use the tool."}],
+                tools=[tool], tool_choice={"type": "function", "function": {"name": "get_weather"}},
+                max_tokens=256)
+
+
 def run_smoke(base_url: str, model: str, reasoning: bool, tool_calls: bool, timeout: float = 120,
-              token: str | None = None) -> list[dict]:
+              token: str | None = None, tool_choice: str = "auto") -> list[dict]:
     base = base_url.rstrip("/")
     checks: list[dict] = []
 
@@ -64,15 +78,20 @@ def run_smoke(base_url: str, model: str, reasoning: bool, tool_calls: bool, time
         rec("reasoning-content", bool(rc), f"POST {base}/chat/completions (reasoning parser on)", st,
             (rc or None) and rc[:200], "message.reasoning_content present (reasoning parser on)")
     if tool_calls:
-        tbody = dict(chat, messages=[{"role": "user", "content": "What is the weather in Paris? Use the tool."}],
-                     tools=[WEATHER_TOOL], tool_choice="auto")
+        if tool_choice not in TOOL_CHOICES:
+            raise ValueError(f"tool_choice must be one of {TOOL_CHOICES}, not {tool_choice!r}")
+        tbody = forced_tool_request(chat) if tool_choice == "named" else dict(
+            chat, messages=[{"role": "user", "content": "What is the weather in Paris? Use the tool."}],
+            tools=[WEATHER_TOOL], tool_choice="auto")
         st, body = _call("POST", f"{base}/chat/completions", tbody, timeout, token)
         tmsg = ((body or {}).get("choices") or [{}])[0].get("message", {}) if isinstance(body, dict) else {}
         calls = tmsg.get("tool_calls") or []
         names = [c.get("function", {}).get("name") for c in calls]
         args_ok = all(_json_ok(c.get("function", {}).get("arguments")) for c in calls)
         rec("tool-call", st == 200 and "get_weather" in names and args_ok,
-            f"POST {base}/chat/completions (tools=[get_weather])", st, names or tmsg.get("content"),
+            f"POST {base}/chat/completions (tools=[get_weather], tool_choice={tool_choice})", st,
+            [{"name": n, "arguments": c.get("function", {}).get("arguments")} for n, c in zip(names, calls, strict=True)]
+            or tmsg.get("content") or body,
             "a get_weather tool call with JSON arguments")
     wrong = dict(chat, model=model + "-not-served", max_tokens=1)
     st, _ = _call("POST", f"{base}/chat/completions", wrong, timeout, token)

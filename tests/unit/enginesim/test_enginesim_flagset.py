@@ -107,3 +107,14 @@ def test_every_planned_argv_parses_in_the_double(name):
                 fs, rest = flagset.load(engine), argv[2:]
             args, pos = flagset.parse(fs, rest)
             assert args
+
+
+def test_unknown_flag_and_its_value_are_both_unrecognized_like_argparse():
+    """vLLM 0.23.0 on the lent H100: `vllm serve M --max-num-seqz 64` ->
+    "vllm: error: unrecognized arguments: --max-num-seqz 64" (the value is an extra positional)."""
+    fs = flagset.load("vllm")
+    with pytest.raises(flagset.UsageError, match=r"unrecognized arguments: --max-num-seqz 64$"):
+        flagset.parse(fs, ["/models/m", "--max-num-seqz", "64", "--port", "8000"], max_positionals=1)
+    # without a limit the value stays a positional (callers that take several)
+    with pytest.raises(flagset.UsageError, match=r"unrecognized arguments: --max-num-seqz$"):
+        flagset.parse(fs, ["/models/m", "--max-num-seqz", "64"])

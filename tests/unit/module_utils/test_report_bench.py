@@ -86,3 +86,33 @@ def test_bench_failures_fail_the_gate(server):
         _Chat.fail_every = 0
     assert res["failed"] == 2
     assert "success rate" in gate(res)[0]
+
+
+def test_bench_warmup_requests_go_first_and_are_not_counted(server):
+    base = f"http://127.0.0.1:{server.server_address[1]}/v1"
+    res = run_bench(base, "m", requests=6, concurrency=2, warmup=2)
+    assert res["succeeded"] == 6 and res["requests"] == 6
+    assert _Chat.count == 8  # the server saw the two warm-up requests too
+
+
+def test_bench_keeps_connections_alive_per_worker():
+    """vllm bench serve reuses its connections; so does the bench (HTTP/1.1 keep-alive): a server
+    that keeps connections open sees one connection per worker, not one per request."""
+    peers: set = set()
+
+    class KeepAlive(_Chat):
+        protocol_version = "HTTP/1.1"
+
+        def do_POST(self):  # noqa: N802
+            peers.add(self.client_address)
+            super().do_POST()
+
+    _Chat.count = 0
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), KeepAlive)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        res = run_bench(f"http://127.0.0.1:{srv.server_address[1]}/v1", "m", requests=12, concurrency=3)
+    finally:
+        srv.shutdown()
+    assert res["succeeded"] == 12
+    assert len(peers) == 3

@@ -157,3 +157,57 @@ def test_ray_worker_waits_until_joined_the_head():
     (worker,) = [s for s in plan["node2"]["services"] if s["role"] == "ray-worker"]
     assert worker["ready"]["type"] == "connected"
     assert (worker["ready"]["host"], worker["ready"]["port"]) == (plan["node1"]["address"], 6379)
+
+
+def test_engine_error_line_picks_the_engines_own_error():
+    from llmb.serve import engine_error_line
+
+    # the engine double's start-up failures (tests/enginesim), as the runner's log keeps them
+    double = (
+        "INFO 11-23 23:36:04 [api_server.py:1885] vLLM API server version 0.19.1 (vllm, enginesim)\n"
+        "ERROR 11-23 23:36:04 [parallel.py:1] ValueError: World size (2) is larger than the number of "
+        "available GPUs (1) in this node.\n"
+        "INFO 11-23 23:36:05 [launcher.py:1] vllm serve: shutting down\n"
+    )
+    assert engine_error_line(double) == ("ValueError: World size (2) is larger than the number of available "
+                                         "GPUs (1) in this node.")
+    usage = "usage: vllm serve [model_tag] [options]\nvllm: error: unrecognized arguments: --max-num-seqz\n"
+    assert engine_error_line(usage) == "vllm: error: unrecognized arguments: --max-num-seqz"
+    # a traceback: its last exception line wins, not the lines that only mention an exception
+    tb = (
+        "(EngineCore_DP0 pid=77) ValueError: No available memory for the cache blocks.\n"
+        "Traceback (most recent call last):\n"
+        '  File "/x/vllm/engine/core.py", line 1, in run\n'
+        "    raise RuntimeError('Engine core initialization failed. See root cause above.')\n"
+        "RuntimeError: Engine core initialization failed. See root cause above.\n"
+        "INFO no Exception handler installed\n"
+    )
+    assert engine_error_line(tb) == "ValueError: No available memory for the cache blocks."
+    assert engine_error_line(tb.split("\n", 1)[1]) == (
+        "RuntimeError: Engine core initialization failed. See root cause above.")
+    assert engine_error_line("INFO all good\nINFO Started server process\n") is None
+
+
+def test_engine_error_line_on_real_vllm_0_23_start_failures():
+    """The last lines of vLLM 0.23.0's own log on the lent H100 (docs/examples/serve-real-h100/faults/)."""
+    from llmb.serve import engine_error_line
+
+    wrong_tp = (
+        "(APIServer pid=2669)     s.__pydantic_validator__.validate_python(ArgsKwargs(args, kwargs), self_instance=s)\n"
+        "(APIServer pid=2669) pydantic_core._pydantic_core.ValidationError: 1 validation error for ParallelConfig\n"
+        "(APIServer pid=2669)   Value error, World size (2) is larger than the number of available GPUs (1) in "
+        "this node. If this is intentional and you are using:\n"
+        "(APIServer pid=2669) - ray, set '--distributed-executor-backend ray'.\n"
+        "(APIServer pid=2669) - multiprocessing, set '--nnodes' appropriately. [type=value_error, input_value="
+        "ArgsKwargs((), {'pipeline...'numa_bind_cpus': None}), input_type=ArgsKwargs]\n"
+        "(APIServer pid=2669)     For further information visit https://errors.pydantic.dev/2.14/v/value_error\n"
+    )
+    assert engine_error_line(wrong_tp) == (
+        "pydantic_core._pydantic_core.ValidationError: 1 validation error for ParallelConfig: World size (2) is "
+        "larger than the number of available GPUs (1) in this node. If this is intentional and you are using:")
+    wrong_flag = (
+        "usage: vllm [-h] [-v]\n"
+        "            {chat,complete,serve,launch,bench,collect-env,run-batch} ...\n"
+        "vllm: error: unrecognized arguments: --max-num-seqz 64\n"
+    )
+    assert engine_error_line(wrong_flag) == "vllm: error: unrecognized arguments: --max-num-seqz 64"

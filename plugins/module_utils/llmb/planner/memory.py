@@ -379,12 +379,22 @@ def _fix(total: float, usable_per_device: float, per_node: int, len_flag: str | 
 def estimate_plan(
     ctx: Any, topo: Any, engine_args: dict[str, Any]
 ) -> tuple[MemoryFit | None, list[Problem], list[str]]:
-    """``estimate`` for a resolved context and topology (what the planner checks)."""
+    """``estimate`` for a resolved context and topology (what the planner checks).
+
+    A memory fraction the plan leaves out takes the pinned release's own default: its parser's
+    (the generated flag set), else the flag set's hand-kept ``defaults``. vLLM 0.23.0 defaults
+    --gpu-memory-utilization to 0.92, not 0.9 (its log on the lent H100, docs/real-hardware.md)."""
+    fs = getattr(ctx, "flagset", None)
+    flag = _caps(ctx.engine).memory_fraction_flag
+    parser_default = ((getattr(fs, "flags", None) or {}).get(flag) or {}).get("default")
+    release_default = parser_default if isinstance(parser_default, (int, float)) and not isinstance(
+        parser_default, bool) else (getattr(fs, "defaults", None) or {}).get(flag)
+    defaults = {flag: release_default} if flag and release_default is not None else {}
     return estimate(
         model_name=ctx.model_name,
         model=ctx.model,
         engine=ctx.engine,
-        engine_args=engine_args,
+        engine_args={**defaults, **engine_args},
         device_model=ctx.platform.device_model,
         device_gib=ctx.platform.device_memory_gb,
         tp=topo.tp,

@@ -237,3 +237,37 @@ def test_fitting_only_without_the_headroom_is_a_warning_with_every_term():
     (note,) = [n for n in planned.notes if n.startswith("memory:")]
     assert note.startswith("memory: WARNING kimi-k2-thinking fits only if the engine's non-KV peak")
     assert "under 4.27 GiB per device" in note and "needs 2.14 GiB per rank (split over DCP 8)" in note
+
+
+def test_the_pinned_releases_default_memory_fraction_is_used():
+    """vLLM 0.23.0 logs "--gpu-memory-utilization=0.9200" when none is given (lent H100,
+    docs/examples/serve-real-h100/engine.log): the prediction takes the flag set's default."""
+    from types import SimpleNamespace
+
+    from llmb.catalog import Catalog
+
+    platform = Catalog(DATA).platform("h100-x1")
+    ctx = SimpleNamespace(model_name="kimi-k2-tiny", model=Catalog(DATA).model("kimi-k2-tiny").raw, engine="vllm",
+                          platform=platform, v={}, notes=[],
+                          flagset=SimpleNamespace(defaults={"--gpu-memory-utilization": 0.9},
+                                                  flags={"--gpu-memory-utilization": {"default": 0.92}}))
+    topo = SimpleNamespace(tp=1, pp=1, dp=1, dcp=1, devices_per_node=1)
+    assert memory.check_fit(ctx, topo, {"--max-model-len": 4096}) == []
+    assert "x 0.92 (--gpu-memory-utilization)" in ctx.notes[0]
+    ctx.notes.clear()
+    memory.check_fit(ctx, topo, {"--max-model-len": 4096, "--gpu-memory-utilization": 0.5})
+    assert "x 0.5 (--gpu-memory-utilization)" in ctx.notes[0]
+
+    # no parser default: the flag set's hand-kept default
+    ctx.notes.clear()
+    ctx.flagset = SimpleNamespace(defaults={"--gpu-memory-utilization": 0.8}, flags={})
+    memory.check_fit(ctx, topo, {"--max-model-len": 4096})
+    assert "x 0.8 (--gpu-memory-utilization)" in ctx.notes[0]
+
+
+def test_vllm_0_23_0_prediction_uses_its_0_92():
+    """The generated 0.23.0 flag set's parser default reaches the prediction; 0.19.1 keeps 0.9."""
+    assert _estimate(_plan("h200", llmb_engine_version="0.23.0")).fraction == 0.92
+    assert _estimate(_plan("h200", llmb_engine_version="0.19.1")).fraction == 0.9
+    # a value the inventory or preset sets still wins (the h100 sample's preset: 0.95)
+    assert _estimate(_plan("h100", llmb_engine_version="0.23.0")).fraction == 0.95
