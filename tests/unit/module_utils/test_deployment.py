@@ -235,13 +235,15 @@ def test_results_writer(tmp_path):
 def test_stage_0_refuses_unresolvable_pins_before_any_host(tmp_path):
     """No hub, no registry, nothing pinned: the document names both pins and their fixes."""
     hv, groups = inventory("a3")
+    image = "127.0.0.1:9/ascend/vllm-ascend:v0.20.2rc1-a3"  # discard port: connection refused
     for name in hv:
-        hv[name]["weights_hf_endpoint"] = "http://127.0.0.1:9"  # discard port: connection refused
+        hv[name]["weights_hf_endpoint"] = "http://127.0.0.1:9"
+        hv[name]["llmb_container_image"] = image
     doc = D.pin(D.resolve(hv, groups), hv, groups, str(tmp_path), write=True)
     assert doc["planned"] and not doc["pins"]["resolved"]
     messages = [p["message"] for p in doc["pins"]["problems"]]
     assert any("revision 'main' is a branch" in m for m in messages), messages
-    assert any("quay.io/ascend/vllm-ascend:v0.20.2rc1-a3 has no digest" in m for m in messages), messages
+    assert any(f"{image} has no digest" in m for m in messages), messages
     assert not (tmp_path / "llmb.lock.json").exists()  # nothing is locked when a pin is refused
 
 
