@@ -326,3 +326,12 @@ def test_real_flag_removed_between_shipped_releases_names_the_release():
             assert ea.problems and f"removed in vllm {newer}" in ea.problems[0].message, (flag, newer)
             checked += 1
     assert checked or len(versions) < 2
+
+
+def test_the_engine_double_orders_releases_as_the_catalog_does():
+    """tests/enginesim runs on nodes with the stdlib only, so it keeps its own version_key: same order."""
+    from enginesim.flagset import version_key as double_key
+    from llmb.catalog import version_key
+
+    versions = ["0.9", "0.19.1", "0.20.2rc1", "0.20.2", "0.23.0", "0.5.23", "1.0.0a1", "1.0.0b2", "2.51.1", "x"]
+    assert sorted(versions, key=version_key) == sorted(versions, key=double_key)
