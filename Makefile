@@ -48,7 +48,7 @@ perf: venv image ## benchmarks (print ratios measured side by side)
 	tests/perf/run
 
 engine-check: venv ## NOT in CI: each shipped engine release installed in turn, sample plans through its parser
-	scripts/engine-catalog check --write docs/engines.md
+	scripts/engine-catalog check --write docs/engines.md $(ENGINE_CHECK_ARGS)
 
 test: lint unit units-verify molecule e2e ## everything CI runs
 

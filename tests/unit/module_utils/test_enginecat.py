@@ -42,9 +42,7 @@ def _doc_text(path: Path) -> dict:
 
 
 # Sets that could not be generated on this machine, with the reason (docs/engines.md says the same).
-NOT_GENERATED = {
-    "trtllm-1.1.0": "tensorrt-llm 1.1.0 on PyPI is a wheel_stub sdist that downloads from pypi.nvidia.com",
-}
+NOT_GENERATED: dict[str, str] = {}  # none left: TensorRT-LLM 1.1.0 is generated in source mode
 
 
 def test_every_shipped_set_is_generated_and_names_its_generator():
@@ -335,3 +333,72 @@ def test_the_engine_double_orders_releases_as_the_catalog_does():
 
     versions = ["0.9", "0.19.1", "0.20.2rc1", "0.20.2", "0.23.0", "0.5.23", "1.0.0a1", "1.0.0b2", "2.51.1", "x"]
     assert sorted(versions, key=version_key) == sorted(versions, key=double_key)
+
+
+# --------------------------------------------------------------------------- source mode (TensorRT-LLM)
+
+TOY_CLICK_SOURCE = '''
+import click
+import torch
+from tensorrt_llm.llmapi import BuildConfig
+from tensorrt_llm.llmapi.reasoning_parser import ReasoningParserFactory
+
+
+class ChoiceWithAlias(click.Choice):
+    def __init__(self, choices, aliases):
+        super().__init__(choices)
+        self.aliases = aliases
+
+    def convert(self, value, param, ctx):
+        return super().convert(self.aliases.get(value, value), param, ctx)
+
+
+@click.command("serve")
+@click.argument("model", type=str)
+@click.option("--backend", type=ChoiceWithAlias(["pytorch", "tensorrt"], {"trt": "tensorrt"}), default="pytorch")
+@click.option("--max_batch_size", type=int, default=BuildConfig.max_batch_size)
+@click.option("--reasoning_parser", type=click.Choice(ReasoningParserFactory.parsers.keys()), default=None)
+@click.option("--trust_remote_code", is_flag=True, default=False)
+def serve(model, backend, max_batch_size, reasoning_parser, trust_remote_code):
+    """doc"""
+'''
+
+
+def test_source_mode_walks_a_click_command_with_its_imports_stubbed(tmp_path):
+    """TensorRT-LLM cannot be installed here: its serve.py is walked with click real and the rest
+    stubbed; values read from a stub are marked, never guessed (a stubbed registry's choices are
+    unknown, not empty), and the check mode parses argv with that same command."""
+    src = tmp_path / "serve.py"
+    src.write_text(TOY_CLICK_SOURCE)
+    venv = Path(sys.prefix)  # the controller venv has click; extract_cli runs in a subprocess
+    raw = E.run_in_venv(venv, ["trtllm"], source=src)
+    doc = E.build_doc(raw, E.ENGINES["trtllm"], "9.9.9", {}, {"command": "x"})
+    E.apply_stubbed(doc, raw.get("stubbed") or {})
+    flags = doc["flags"]
+    assert sorted(flags) == ["--backend", "--max_batch_size", "--reasoning_parser", "--trust_remote_code"]
+    assert flags["--backend"]["choices"] == ["pytorch", "tensorrt", "trt"]  # the alias is accepted too
+    assert flags["--max_batch_size"]["default_from"] == "tensorrt_llm.llmapi.BuildConfig.max_batch_size"
+    assert "default" not in flags["--max_batch_size"]
+    assert flags["--reasoning_parser"]["choices_unknown"] is True and flags["--reasoning_parser"]["type"] == "str"
+    assert flags["--trust_remote_code"]["type"] == "flag"
+    assert doc["positional"] == {"name": "model", "required": True}
+    cases = [{"id": "ok", "args": ["m", "--backend", "trt", "--reasoning_parser", "deepseek-r1"]},
+             {"id": "bad", "args": ["m", "--no-such-flag"]}]
+    got = {r["id"]: r for r in E.run_in_venv(venv, ["check", "trtllm"], stdin=json.dumps(cases), source=src)}
+    assert got["ok"]["ok"] is True
+    assert got["bad"]["ok"] is False and "--no-such-flag" in got["bad"]["error"]
+
+
+def test_source_mode_needs_a_reference(tmp_path):
+    src = tmp_path / "serve.py"
+    src.write_text(TOY_CLICK_SOURCE)
+    with pytest.raises(E.ExtractError, match="--source-ref"):
+        E.extract("tensorrt-llm==9.9.9", tmp_path, source=src)
+
+
+def test_shipped_trtllm_set_names_its_source_commit_and_the_tag_it_stands_for():
+    text = (DATA / "engines" / "trtllm-1.1.0.yml").read_text()
+    head = "\n".join(ln for ln in text.splitlines() if ln.startswith("#"))
+    assert "GENERATED" in head.splitlines()[0] and "NOT GENERATED" not in head
+    assert "--source-ref NVIDIA/TensorRT-LLM@4c05a74891e4df8066f08ed4ce14b0972abe4e25" in head
+    assert "48b7b5d8b7ed" in head and "wheel_stub" in head  # the v1.1.0 tag commit, and why not installed

@@ -210,7 +210,9 @@ def render(doc: dict[str, Any]) -> str:
     head = [
         f"{doc['engine']} {doc['version']}: `{doc.get('cli', '')}` as its own parser defines it. GENERATED.",
         f"generator: {gen.get('command', GENERATOR)}",
-        *textwrap.wrap(f"Where from: {gen.get('release', '?')} ({gen.get('method', '?')})", 98),
+        *textwrap.wrap(f"Where from: {gen.get('release', '?')} ({gen.get('method', '?')})", 98,
+                       break_on_hyphens=False),
+        *textwrap.wrap(f"Note: {gen['notes']}" if gen.get("notes") else "", 98, break_on_hyphens=False),
         f"option strings: {doc.get('option_strings')}; hand-kept knowledge: data/engines/hand/{doc['engine']}.yml",
         *FORMAT_NOTE,
     ]
@@ -256,6 +258,20 @@ def _uv() -> str:
     raise ExtractError("uv not found: set LLMB_UV or install uv into the controller venv")
 
 
+def _python(version: str) -> str:
+    """An interpreter of ``version`` already on this machine (uv downloads one otherwise, which needs
+    github.com): $LLMB_ENGINE_PYTHON, python<version> on PATH, a pyenv install; else the bare version."""
+    cands = [os.environ.get("LLMB_ENGINE_PYTHON"), shutil.which(f"python{version}")]
+    root = Path(os.environ.get("PYENV_ROOT", str(Path.home() / ".pyenv"))) / "versions"
+    if root.is_dir():
+        cands += [str(d / "bin" / f"python{version}") for d in sorted(root.iterdir(), reverse=True)
+                  if d.name == version or d.name.startswith(version + ".")]
+    for cand in cands:
+        if cand and Path(cand).is_file() and os.access(cand, os.X_OK) and "/shims/" not in cand:
+            return cand
+    return version
+
+
 def _run(argv: list[str], env: dict[str, str], step: str, timeout: int = 3600) -> str:
     proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout, check=False)
     if proc.returncode != 0:
@@ -274,7 +290,7 @@ def make_venv(eng: EngineSpec, version: str, work: Path, log=print) -> Path:
     uv = _uv()
     venv = work / "venv"
     log(f"venv {venv} (python {eng.python})")
-    _run([uv, "venv", "-q", "--python", eng.python, str(venv)], env, "uv venv")
+    _run([uv, "venv", "-q", "--python", _python(eng.python), str(venv)], env, "uv venv")
     log(f"installing {eng.dist}=={version} (uv pip install)")
     _run([uv, "pip", "install", "-q", "--python", str(venv / "bin" / "python"), f"{eng.dist}=={version}",
           *eng.extra], env, f"uv pip install {eng.dist}=={version}")
@@ -282,9 +298,14 @@ def make_venv(eng: EngineSpec, version: str, work: Path, log=print) -> Path:
     return venv
 
 
-def run_in_venv(venv: Path, args: list[str], stdin: str | None = None, timeout: int = 900) -> Any:
-    """Run extract_cli.py with the venv's interpreter; the JSON it prints after its marker."""
+def run_in_venv(venv: Path, args: list[str], stdin: str | None = None, timeout: int = 900,
+                source: Path | None = None) -> Any:
+    """Run extract_cli.py with the venv's interpreter; the JSON it prints after its marker. With
+    ``source``, the CLI is loaded from that source file (heavy imports stubbed, see extract_cli)."""
     env = dict(os.environ, **ENV_EXTRA)
+    env.pop("LLMB_ENGINE_SOURCE", None)
+    if source is not None:
+        env["LLMB_ENGINE_SOURCE"] = str(source)
     script = str(Path(__file__).with_name("extract_cli.py"))
     argv = [str(venv / "bin" / "python"), script, *args]
     proc = subprocess.run(argv, env=env, input=stdin, capture_output=True, text=True, timeout=timeout,
@@ -322,17 +343,98 @@ def paired(eng: EngineSpec, version: str) -> tuple[EngineSpec, str]:
     return ENGINES[eng.pairs_with], re.sub(r"(rc|a|b)\d+$", "", version)
 
 
-def extract(spec: str, out_dir: Path, log=print, venv: Path | None = None) -> Path:
+# Provenance that the walk cannot tell, written into the generated file's generator block.
+RELEASE_NOTES: dict[tuple[str, str], str] = {
+    ("trtllm", "1.1.0"): (
+        "tensorrt-llm 1.1.0 on PyPI is a 9.8 kB wheel_stub sdist that fetches the wheel from pypi.nvidia.com "
+        "(unreachable here), so the CLI is walked from source. The v1.1.0 tree is NVIDIA/TensorRT-LLM "
+        "48b7b5d8b7ed (the tensorrt_llm submodule of triton-inference-server/tensorrtllm_backend's 'v1.1.0 "
+        "release' commit b9cc224883da); no copy of that tree was reachable (the code index holds "
+        "tensorrt_llm/commands/serve.py at other commits only, the repository snapshot is over the size "
+        "limit). Walked instead: the file at 4c05a74891e4 on main, the nearest reachable; it postdates the "
+        "release/1.1 branch point (it has --media_io_kwargs, added by PR #8528 on 2025-10-24), so it may "
+        "hold options 1.1.0 lacks. The file walked is its first 13873 characters (imports through the "
+        "docstring of serve(), i.e. every click decorator of `serve`), copied from the code index. "
+        "Requirements (CUDA, torch, glibc) are not derivable without the wheel."),
+}
+
+SOURCE_DEPS = ("click==8.1.8",)  # what a source-mode walk installs (click: TRT-LLM's CLI framework)
+
+
+def extract_source(eng: EngineSpec, source: Path, log=print) -> dict:
+    """Walk the CLI defined in one source file of the release (source mode): a throwaway venv holding
+    only SOURCE_DEPS, the file executed there with every other import stubbed (extract_cli.py)."""
+    if not source.is_file():
+        raise ExtractError(f"source file {source} does not exist")
+    work = Path(tempfile.mkdtemp(prefix=f"engcat-{eng.engine}-src-", dir=os.environ.get("TMPDIR", "/tmp")))
+    try:
+        venv = make_source_venv(eng, work)
+        log(f"walking the CLI defined in {source} (imports other than click stubbed)")
+        return run_in_venv(venv, [eng.extractor], source=source)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def make_source_venv(eng: EngineSpec, work: Path) -> Path:
+    """A venv under ``work`` holding only SOURCE_DEPS (source mode)."""
+    env = dict(os.environ, UV_CACHE_DIR=str(work / "uv-cache"), **ENV_EXTRA)
+    venv = work / "venv"
+    _run([_uv(), "venv", "-q", "--python", _python(eng.python), str(venv)], env, "uv venv")
+    _run([_uv(), "pip", "install", "-q", "--python", str(venv / "bin" / "python"), *SOURCE_DEPS], env,
+         "uv pip install " + " ".join(SOURCE_DEPS))
+    shutil.rmtree(work / "uv-cache", ignore_errors=True)
+    return venv
+
+
+def source_note(source: Path, ref: str) -> str:
+    import hashlib
+
+    data = source.read_bytes()
+    return (f"{ref}, {len(data)} bytes, sha256 {hashlib.sha256(data).hexdigest()[:16]}; "
+            f"walked with {' '.join(SOURCE_DEPS)}, every other import stubbed")
+
+
+def apply_stubbed(doc: dict[str, Any], stubbed: dict[str, dict]) -> None:
+    """Mark the values a source-mode walk could not read (they came from a stubbed import)."""
+    by_dest = {spec.get("dest"): spec for spec in doc["flags"].values()}
+    for dest, what in sorted(stubbed.items()):
+        spec = by_dest.get(dest)
+        if spec is None:
+            continue
+        if "default" in what:
+            spec["default_from"] = what["default"]
+        if "choices" in what:
+            spec["choices_unknown"] = True
+
+
+def extract(spec: str, out_dir: Path, log=print, venv: Path | None = None, source: Path | None = None,
+            source_ref: str | None = None, requirements: dict[str, Any] | None = None) -> Path:
     eng, version = parse_spec(spec)
     base, base_version = paired(eng, version)
-    raw, reqs = extract_raw(base, base_version, venv=venv, log=log)
-    method = "installed from the package index; parser walked in the release's own venv"
+    if source is not None:
+        if not source_ref:
+            raise ExtractError("--source needs --source-ref: <repo>@<commit>:<path> the file was read from")
+        raw = extract_source(eng, source, log=log)
+        reqs: dict[str, Any] = {}
+        method = "source mode: " + source_note(source, source_ref)
+        release = source_ref
+    else:
+        raw, reqs = extract_raw(base, base_version, venv=venv, log=log)
+        method = "installed from the package index; parser walked in the release's own venv"
+        release = f"{base.dist}=={base_version}"
     if base is not eng:
         method = (f"walked from {base.dist}=={base_version}, installed from the package index: " + eng.note)
         reqs = {}  # the x86 base wheel's CUDA / torch say nothing about the platform plugin's image
-    generator = {"command": f"{GENERATOR} {eng.dist}=={version}", "release": f"{base.dist}=={base_version}",
-                 "method": method}
+    if requirements:
+        reqs = dict(reqs, **requirements)
+    command = f"{GENERATOR} {eng.dist}=={version}"
+    if source is not None:
+        command += f" --source <file> --source-ref {source_ref}"
+    generator = {"command": command, "release": release, "method": method}
+    if (eng.engine, version) in RELEASE_NOTES:
+        generator["notes"] = RELEASE_NOTES[(eng.engine, version)]
     doc = build_doc(raw, eng, version, reqs, generator)
+    apply_stubbed(doc, raw.get("stubbed") or {})
     path = out_dir / f"{eng.engine}-{version}.yml"
     changed = write_atomic(path, render(doc))
     log(f"{path}: {doc['option_strings']} option strings, {len(doc['flags'])} options"

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import ENGINES, ExtractError, make_venv, run_in_venv
+from . import ENGINES, ExtractError, make_source_venv, make_venv, paired, run_in_venv
 
 
 @dataclass
@@ -112,27 +112,68 @@ def _ray_version(cat: Any) -> str | None:
     return versions[-1] if versions else None
 
 
-def check_release(engine: str, version: str, cases: list[Case], venv_dir: Path | None, log=print
-                  ) -> list[dict[str, Any]]:
-    """parse_args of every case in the release's own venv: [{id, ok, error}]."""
+def _regenerated(engine: str, version: str, venv: Path, data_dir: Path, source: Path | None) -> str:
+    """Regenerate the release's set from the venv just used and compare it with the shipped file."""
+    from . import build_doc, read_requirements, render
+
+    path = data_dir / "engines" / f"{engine}-{version}.yml"
+    if not path.is_file():
+        return "no shipped file"
+    try:
+        from ..catalog import Catalog
+
+        shipped = Catalog(data_dir).flagset_doc(f"{engine}-{version}") or {}
+        eng = ENGINES[engine]
+        raw = run_in_venv(venv, [eng.extractor], source=source)
+        reqs = shipped.get("requirements", {}) if source is not None or eng.pairs_with else read_requirements(
+            venv, eng.dist, version)
+        doc = build_doc(raw, ENGINES[shipped.get("engine", engine)], version, reqs, shipped.get("generator", {}))
+        if source is not None:
+            from . import apply_stubbed
+
+            apply_stubbed(doc, raw.get("stubbed") or {})
+        return "byte-identical" if render(doc) == path.read_text(encoding="utf-8") else "DIFFERS"
+    except ExtractError as err:
+        return f"not regenerated: {err}"
+
+
+def check_release(engine: str, version: str, cases: list[Case], venv_dir: Path | None, log=print,
+                  source: Path | None = None, data_dir: Path | None = None) -> list[dict[str, Any]]:
+    """parse_args of every case in the release's own venv: [{id, ok, error}]; with ``data_dir``, one more
+    entry {"regenerated": ...}: the shipped set regenerated from that venv, compared byte for byte."""
     import json
 
     eng = ENGINES[engine]
     payload = json.dumps([{"id": c.id + f"@{version}", "args": c.args} for c in cases])
+    base, base_version = paired(eng, version)
+
+    def run(venv: Path) -> list[dict[str, Any]]:
+        out = run_in_venv(venv, ["check", eng.extractor], stdin=payload, source=source)
+        if data_dir is not None:
+            log(f"{engine} {version}: regenerating the shipped set from this venv")
+            out.append({"regenerated": _regenerated(engine, version, venv, data_dir, source)})
+        return out
+
     reuse = venv_dir / f"{engine}-{version}" if venv_dir else None
     if reuse is not None and (reuse / "bin" / "python").exists():
-        return run_in_venv(reuse, ["check", eng.extractor], stdin=payload)
+        return run(reuse)
     work = Path(tempfile.mkdtemp(prefix=f"engcheck-{engine}-", dir=os.environ.get("TMPDIR", "/tmp")))
     try:
-        venv = make_venv(eng, version, work, log=log)
-        return run_in_venv(venv, ["check", eng.extractor], stdin=payload)
+        if source is not None:
+            venv = make_source_venv(eng, work)
+        else:
+            venv = make_venv(base, base_version, work, log=log)
+        return run(venv)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
 
 def run_check(root: Path, inventories: list[Path], venv_dir: Path | None = None, only: set[str] | None = None,
-              log=print) -> tuple[list[InventoryResult], list[tuple[str, str, dict[str, Any]]], list[str]]:
-    """(per-inventory summary, [(engine, version, result)], releases that could not be loaded)."""
+              log=print, sources: dict[str, Path] | None = None, regenerate: bool = True
+              ) -> tuple[list[InventoryResult], list[tuple[str, str, dict[str, Any]]], list[str]]:
+    """(per-inventory summary, [(engine, version, result)], releases that could not be loaded).
+    ``sources``: engine==version -> source file, for releases walked in source mode (TensorRT-LLM)."""
+    sources = sources or {}
     cases, summary = planned_cases(root, inventories)
     by_release: dict[tuple[str, str], list[Case]] = {}
     for c in cases:
@@ -144,7 +185,9 @@ def run_check(root: Path, inventories: list[Path], venv_dir: Path | None = None,
             continue
         log(f"{engine} {version}: {len(group)} planned argv")
         try:
-            for r in check_release(engine, version, group, venv_dir, log=log):
+            src = sources.get(f"{engine}=={version}") or sources.get(f"{ENGINES[engine].dist}=={version}")
+            for r in check_release(engine, version, group, venv_dir, log=log, source=src,
+                                   data_dir=root / "data" if regenerate else None):
                 results.append((engine, version, r))
         except ExtractError as err:
             unloadable.append(f"{engine} {version}: {err}")
@@ -162,12 +205,20 @@ def render_report(date: str, summary: list[InventoryResult], results: list[tuple
                      f"| {refused.replace('|', '/')} |")
     lines += ["", "| release | planned argv | accepted by its parser | rejected |", "|---|---|---|---|"]
     per: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    regen: dict[tuple[str, str], str] = {}
     for engine, version, r in results:
+        if "regenerated" in r:
+            regen[(engine, version)] = r["regenerated"]
+            continue
         per.setdefault((engine, version), []).append(r)
     for (engine, version), rs in sorted(per.items()):
         bad = [f"{r['id']}: {r['error']}" for r in rs if not r["ok"]]
         lines.append(f"| {engine} {version} | {len(rs)} | {sum(1 for r in rs if r['ok'])} | "
                      f"{'; '.join(bad).replace('|', '/') or '-'} |")
+    if regen:
+        lines += ["", "Each shipped set regenerated from the venv the check used, compared with the shipped file:", "",
+                  "| release | regenerated |", "|---|---|"]
+        lines += [f"| {e} {v} | {what.replace('|', '/')[:300]} |" for (e, v), what in sorted(regen.items())]
     for u in unloadable:
         lines.append(f"\nNot loadable on this machine: {u}")
     return "\n".join(lines) + "\n"

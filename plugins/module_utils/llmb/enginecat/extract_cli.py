@@ -108,6 +108,9 @@ def walk_click(cmd) -> dict:
     for p in cmd.params:
         tp = p.type
         choices = list(tp.choices) if isinstance(tp, click.Choice) else None
+        aliases = getattr(tp, "aliases", None)  # e.g. TRT-LLM's ChoiceWithAlias: 'trt' -> 'tensorrt'
+        if choices is not None and isinstance(aliases, dict):
+            choices += sorted(str(k) for k in aliases if k not in choices)
         rec = {
             "option_strings": list(p.opts) + list(getattr(p, "secondary_opts", []) or []),
             "secondary_opts": list(getattr(p, "secondary_opts", []) or []),
@@ -252,9 +255,97 @@ def ray_command():
 
 
 def trtllm_command():
+    source = os.environ.get("LLMB_ENGINE_SOURCE")
+    if source:
+        return source_command(source, "serve")
     from tensorrt_llm.commands.serve import main
 
     return main.commands["serve"] if hasattr(main, "commands") else main
+
+
+# ----------------------------------------------------------------------- source mode
+# A release that cannot be installed here (TensorRT-LLM: its PyPI package is a stub that fetches the
+# wheel from pypi.nvidia.com) is walked from its source file: the file is executed with click real and
+# every other third-party import stubbed, then its click command's params are walked as usual. A value
+# that comes from a stubbed import (a default read from BuildConfig, choices read from a registry) is
+# recorded as such, never guessed.
+
+STUB_ROOTS = ("torch", "yaml", "strenum", "tensorrt_llm", "mpi4py", "transformers", "numpy")
+
+
+class Stub:
+    """Stands for anything imported from a stubbed module; iterates as nothing."""
+
+    def __init__(self, name: str) -> None:
+        object.__setattr__(self, "_stub_name", name)
+
+    def __getattr__(self, attr: str):
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        return Stub(f"{self._stub_name}.{attr}")
+
+    def __call__(self, *args, **kwargs):
+        return Stub(f"{self._stub_name}()")
+
+    def __iter__(self):
+        return iter(())
+
+    def __mro_entries__(self, bases):
+        return (object,)
+
+
+class _StubModule(type(sys)):
+    def __getattr__(self, attr: str):
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        return Stub(f"{self.__name__}.{attr}")
+
+
+class _StubFinder:
+    """Meta path finder: every module under STUB_ROOTS is an empty stub module."""
+
+    def find_spec(self, name, path=None, target=None):
+        import importlib.machinery
+
+        if name.split(".")[0] in STUB_ROOTS:
+            return importlib.machinery.ModuleSpec(name, self, is_package=True)
+        return None
+
+    def create_module(self, spec):
+        mod = _StubModule(spec.name)
+        mod.__path__ = []
+        return mod
+
+    def exec_module(self, module):
+        return None
+
+
+STUBBED: dict = {}
+
+
+def source_command(path: str, name: str):
+    """The click command ``name`` defined in the source file ``path`` (heavy imports stubbed)."""
+    import importlib.util
+
+    import click
+
+    sys.meta_path.insert(0, _StubFinder())
+    spec = importlib.util.spec_from_file_location("llmb_engine_source", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    cmd = getattr(mod, name, None)
+    if not isinstance(cmd, click.Command):
+        raise SystemExit(f"extract_cli: {path} defines no click command {name!r}")
+    for p in cmd.params:
+        if isinstance(p.default, Stub):
+            STUBBED[p.name] = {"default": p.default._stub_name}
+            p.default = None
+        tp = p.type
+        if isinstance(tp, click.Choice) and (isinstance(tp.choices, Stub) or not list(tp.choices)):
+            # choices read from a stubbed registry: unknown, so any value passes (never "no value")
+            STUBBED.setdefault(p.name, {})["choices"] = "from a stubbed import"
+            p.type = click.STRING
+    return cmd
 
 
 # ----------------------------------------------------------------------- main
@@ -373,6 +464,8 @@ def main(argv: list[str]) -> int:
         doc = walk_click(ray_command())
     elif engine == "trtllm":
         doc = walk_click(trtllm_command())
+        if STUBBED:
+            doc["stubbed"] = STUBBED
     else:
         print(f"extract_cli: unknown engine {engine!r}", file=sys.stderr)
         return 2
