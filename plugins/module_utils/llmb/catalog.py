@@ -601,13 +601,32 @@ class Catalog:
 
         def _load(p: Path) -> dict[str, Any]:
             doc = load_commented_json(p)
-            errs = overlay_errors(doc)
+            errs = overlay_errors(doc) or self._overlay_default_conflicts(engine, doc)
             if errs:
                 raise CatalogError(f"engine overlay {engine!r} ({p}) is invalid: " + "; ".join(errs), str(p),
                                    _field_of(errs[0]))
             return doc
 
         return _cached(path, "overlay", _load)
+
+    def _overlay_default_conflicts(self, engine: str, overlay: dict[str, Any]) -> list[str]:
+        """A hand-kept default for an option whose parser default a generated set records: the
+        parser's value wins, so the overlay may keep only defaults no parser tells (None, a sentinel)."""
+        errs: list[str] = []
+        subs = [overlay] + [v for v in (overlay.get("versions") or {}).values() if isinstance(v, dict)]
+        for sub in subs:
+            for flag in sorted(sub.get("defaults") or {}):
+                told = []
+                for version in self.flagset_versions(engine):
+                    spec = ((self.flagset_doc(f"{engine}-{version}") or {}).get("flags") or {}).get(flag) or {}
+                    dflt = spec.get("default")
+                    if dflt is None or isinstance(dflt, bool) or (isinstance(dflt, str) and dflt.startswith("<")):
+                        continue
+                    told.append(f"{version}: {dflt!r}")
+                if told:
+                    errs.append(f"defaults.{flag}: the generated sets record the parser's default ({engine} "
+                                f"{', '.join(told)}); defaults come from the generated sets, remove it from the overlay")
+        return errs
 
     def flagset(self, engine: str, version: str):  # -> planner.flags.FlagSet | None
         from .planner.flags import load_flagset  # the flag set format lives with the planner

@@ -202,6 +202,34 @@ def test_overlay_rename_needs_a_source(tmp_path):
         Catalog(tmp_path / "data").flagset("vllm", "0.19.1")
 
 
+def test_overlay_default_shadowing_a_generated_parser_default_is_refused(tmp_path):
+    """The 0.9 the vLLM overlay used to carry for --gpu-memory-utilization is wrong for 0.23.0 (its
+    parser says 0.92): parser defaults come from the generated sets, never from the overlay."""
+    shutil.copytree(DATA, tmp_path / "data")
+    path = tmp_path / "data" / "engines" / "hand" / "vllm.yml"
+    text = path.read_text().replace('"engine": "vllm",', '"defaults": {"--gpu-memory-utilization": 0.9},\n'
+                                    ' "engine": "vllm",', 1)
+    path.write_text(text)
+    with pytest.raises(CatalogError, match=r"defaults.--gpu-memory-utilization: .*0\.23\.0: 0\.92"):
+        Catalog(tmp_path / "data").flagset("vllm", "0.23.0")
+
+
+def test_no_shipped_overlay_contradicts_its_generated_sets():
+    for engine in ("vllm", "sglang", "trtllm", "ray", "vllm-ascend"):
+        overlay = CAT.engine_overlay(engine)  # raises on a contradicting default
+        for versions in CAT.flagset_versions(engine):
+            strings = option_strings(CAT.flagset_doc(f"{engine}-{versions}"))
+            for flag in overlay.get("planner_owned", []):
+                assert flag in strings, f"{engine} {versions}: planner-owned {flag} is not an option of the release"
+            for old, rec in (overlay.get("renamed") or {}).items():
+                if rec.get("to") and old not in strings:
+                    assert rec["to"] in strings, f"{engine} {versions}: rename target {rec['to']} missing"
+    # the defaults the planner uses for the memory estimate are the parsers'
+    assert CAT.flagset("vllm", "0.23.0").flags["--gpu-memory-utilization"]["default"] == 0.92
+    assert CAT.flagset("vllm", "0.19.1").flags["--gpu-memory-utilization"]["default"] == 0.9
+    assert "--gpu-memory-utilization" not in CAT.flagset("vllm", "0.23.0").defaults
+
+
 # --------------------------------------------------------------------------- renames and releases
 
 
