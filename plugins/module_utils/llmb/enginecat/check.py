@@ -112,9 +112,27 @@ def _ray_version(cat: Any) -> str | None:
     return versions[-1] if versions else None
 
 
-def _regenerated(engine: str, version: str, venv: Path, data_dir: Path, source: Path | None) -> str:
-    """Regenerate the release's set from the venv just used and compare it with the shipped file."""
-    from . import build_doc, read_requirements, render
+def _render_again(engine: str, version: str, venv: Path, shipped: dict, source: Path | None) -> str:
+    """The file text a regeneration from ``venv`` writes (same generator block as the shipped file)."""
+    from . import apply_stubbed, build_doc, read_requirements, render
+
+    eng = ENGINES[engine]
+    base, base_version = paired(eng, version)
+    raw = run_in_venv(venv, [eng.extractor], source=source)
+    if source is not None or eng.pairs_with:
+        reqs = shipped.get("requirements", {})  # not read from this venv (source mode, paired plugin)
+    else:
+        reqs = read_requirements(venv, base.dist, base_version)
+    doc = build_doc(raw, eng, version, reqs, shipped.get("generator", {}))
+    apply_stubbed(doc, raw.get("stubbed") or {})
+    return render(doc)
+
+
+def _regenerated(engine: str, version: str, venv: Path, data_dir: Path, source: Path | None,
+                 update: bool = False) -> str:
+    """Regenerate the release's set from the venv just used and compare it with the shipped file;
+    with ``update``, write a differing file and regenerate once more to show the new one is stable."""
+    from . import write_atomic
 
     path = data_dir / "engines" / f"{engine}-{version}.yml"
     if not path.is_file():
@@ -123,22 +141,23 @@ def _regenerated(engine: str, version: str, venv: Path, data_dir: Path, source: 
         from ..catalog import Catalog
 
         shipped = Catalog(data_dir).flagset_doc(f"{engine}-{version}") or {}
-        eng = ENGINES[engine]
-        raw = run_in_venv(venv, [eng.extractor], source=source)
-        reqs = shipped.get("requirements", {}) if source is not None or eng.pairs_with else read_requirements(
-            venv, eng.dist, version)
-        doc = build_doc(raw, ENGINES[shipped.get("engine", engine)], version, reqs, shipped.get("generator", {}))
-        if source is not None:
-            from . import apply_stubbed
-
-            apply_stubbed(doc, raw.get("stubbed") or {})
-        return "byte-identical" if render(doc) == path.read_text(encoding="utf-8") else "DIFFERS"
+        text = _render_again(engine, version, venv, shipped, source)
+        if text == path.read_text(encoding="utf-8"):
+            return "byte-identical"
+        if not update:
+            return "DIFFERS"
+        write_atomic(path, text)
+        again = _render_again(engine, version, venv, Catalog(data_dir).flagset_doc(f"{engine}-{version}") or {},
+                              source)
+        return ("updated (the generator changed); regenerated again: byte-identical" if again == text
+                else "updated, but a second regeneration DIFFERS")
     except ExtractError as err:
         return f"not regenerated: {err}"
 
 
 def check_release(engine: str, version: str, cases: list[Case], venv_dir: Path | None, log=print,
-                  source: Path | None = None, data_dir: Path | None = None) -> list[dict[str, Any]]:
+                  source: Path | None = None, data_dir: Path | None = None, update: bool = False
+                  ) -> list[dict[str, Any]]:
     """parse_args of every case in the release's own venv: [{id, ok, error}]; with ``data_dir``, one more
     entry {"regenerated": ...}: the shipped set regenerated from that venv, compared byte for byte."""
     import json
@@ -151,7 +170,7 @@ def check_release(engine: str, version: str, cases: list[Case], venv_dir: Path |
         out = run_in_venv(venv, ["check", eng.extractor], stdin=payload, source=source)
         if data_dir is not None:
             log(f"{engine} {version}: regenerating the shipped set from this venv")
-            out.append({"regenerated": _regenerated(engine, version, venv, data_dir, source)})
+            out.append({"regenerated": _regenerated(engine, version, venv, data_dir, source, update)})
         return out
 
     reuse = venv_dir / f"{engine}-{version}" if venv_dir else None
@@ -169,7 +188,7 @@ def check_release(engine: str, version: str, cases: list[Case], venv_dir: Path |
 
 
 def run_check(root: Path, inventories: list[Path], venv_dir: Path | None = None, only: set[str] | None = None,
-              log=print, sources: dict[str, Path] | None = None, regenerate: bool = True
+              log=print, sources: dict[str, Path] | None = None, regenerate: bool = True, update: bool = False
               ) -> tuple[list[InventoryResult], list[tuple[str, str, dict[str, Any]]], list[str]]:
     """(per-inventory summary, [(engine, version, result)], releases that could not be loaded).
     ``sources``: engine==version -> source file, for releases walked in source mode (TensorRT-LLM)."""
@@ -187,7 +206,7 @@ def run_check(root: Path, inventories: list[Path], venv_dir: Path | None = None,
         try:
             src = sources.get(f"{engine}=={version}") or sources.get(f"{ENGINES[engine].dist}=={version}")
             for r in check_release(engine, version, group, venv_dir, log=log, source=src,
-                                   data_dir=root / "data" if regenerate else None):
+                                   data_dir=root / "data" if regenerate else None, update=update):
                 results.append((engine, version, r))
         except ExtractError as err:
             unloadable.append(f"{engine} {version}: {err}")

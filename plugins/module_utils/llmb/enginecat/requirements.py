@@ -3,7 +3,8 @@
 - cuda_major: the N of libcudart.so.N that the release's compiled extensions link (DT_NEEDED of
   its .so files, read with a small ELF reader: no readelf, no pyelftools);
 - torch: the Requires-Dist pin of its METADATA;
-- glibc: the manylinux tag of its wheel (WHEEL file), i.e. the oldest glibc it runs on;
+- glibc: the manylinux tag of its wheel (WHEEL file), i.e. the oldest glibc it runs on; where the
+  WHEEL names none (vLLM's says linux_x86_64), the newest GLIBC_x.y its .so files need (SHT_GNU_verneed);
 - rocm: the N.M of a ROCm build (librocm / libamdhip64 DT_NEEDED, or +rocmN.M in the version).
 
 CUDA_MIN_DRIVER maps a CUDA major to the oldest NVIDIA driver branch that runs it (CUDA 12.x:
@@ -73,6 +74,50 @@ def elf_needed(path: Path) -> list[str]:
     return out
 
 
+def elf_glibc(path: Path) -> tuple[int, ...] | None:
+    """The newest GLIBC_x.y symbol version a 64-bit little-endian ELF file needs (SHT_GNU_verneed),
+    i.e. the oldest glibc it loads on; None when it is not such a file or needs none."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError:
+        return None
+    if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
+        return None
+    e_shoff, = struct.unpack_from("<Q", data, 0x28)
+    e_shentsize, e_shnum = struct.unpack_from("<HH", data, 0x3A)
+    sections = []
+    for i in range(e_shnum):
+        off = e_shoff + i * e_shentsize
+        if off + 64 > len(data):
+            return None
+        _name, sh_type, _flags, _addr, sh_offset, sh_size, sh_link, sh_info = struct.unpack_from(
+            "<IIQQQQII", data, off)
+        sections.append((sh_type, sh_offset, sh_size, sh_link, sh_info))
+    best: tuple[int, ...] | None = None
+    for sh_type, sh_offset, _size, sh_link, sh_info in sections:
+        if sh_type != 0x6FFFFFFE or sh_link >= len(sections):  # SHT_GNU_verneed
+            continue
+        strtab = sections[sh_link][1]
+        entry = sh_offset
+        for _ in range(sh_info):
+            _ver, cnt, _file, aux, nxt = struct.unpack_from("<HHIII", data, entry)
+            a = entry + aux
+            for _ in range(cnt):
+                _hash, _flags, _other, name, anext = struct.unpack_from("<IHHII", data, a)
+                end = data.index(b"\0", strtab + name)
+                m = re.match(r"GLIBC_(\d+(?:\.\d+)+)$", data[strtab + name:end].decode("ascii", "replace"))
+                if m:
+                    ver = tuple(int(x) for x in m.group(1).split("."))
+                    best = ver if best is None or ver > best else best
+                if not anext:
+                    break
+                a += anext
+            if not nxt:
+                break
+            entry += nxt
+    return best
+
+
 def _dist_info(site: Path, dist: str, version: str) -> Path | None:
     want = re.sub(r"[-_.]+", "_", dist).lower()
     for d in sorted(site.glob("*.dist-info")):
@@ -83,16 +128,28 @@ def _dist_info(site: Path, dist: str, version: str) -> Path | None:
     return None
 
 
-def _linked(site: Path, info: Path) -> tuple[set, set]:
-    """(CUDA majors of libcudart.so.N, ROCm libraries) that the .so files of one dist link."""
+def _so_files(site: Path, info: Path) -> list[Path]:
     record = (info / "RECORD").read_text(encoding="utf-8", errors="replace") if (info / "RECORD").is_file() else ""
-    cuda: set = set()
-    rocm: set = set()
+    out = []
     for line in record.splitlines():
         rel = line.split(",", 1)[0]
-        if ".so" not in Path(rel).name or rel.startswith(("../", "/")):
-            continue
-        for needed in elf_needed(site / rel):
+        if ".so" in Path(rel).name and not rel.startswith(("../", "/")):
+            out.append(site / rel)
+    return out
+
+
+def _glibc_of(site: Path, info: Path) -> str | None:
+    """The newest GLIBC_ symbol version the dist's own compiled extensions need."""
+    vers = [v for v in (elf_glibc(p) for p in _so_files(site, info)) if v]
+    return ".".join(str(x) for x in max(vers)) if vers else None
+
+
+def _linked(site: Path, info: Path) -> tuple[set, set]:
+    """(CUDA majors of libcudart.so.N, ROCm libraries) that the .so files of one dist link."""
+    cuda: set = set()
+    rocm: set = set()
+    for path in _so_files(site, info):
+        for needed in elf_needed(path):
             m = re.match(r"libcudart\.so\.(\d+)", needed)
             if m:
                 cuda.add(int(m.group(1)))
@@ -126,6 +183,11 @@ def read_requirements(venv: Path, dist: str, version: str) -> dict[str, Any]:
             if tag in wheel:
                 out["glibc"] = glibc
                 break
+    if "glibc" not in out:  # a wheel tagged linux_x86_64 (vLLM renames its wheel file only): the
+        glibc = _glibc_of(site, info)  # symbol versions its own .so files need
+        if glibc:
+            out["glibc"] = glibc
+            out["glibc_from"] = "GLIBC_ symbol versions of its .so files (the WHEEL tag names no manylinux)"
     cuda, rocm = _linked(site, info)
     if not cuda:  # no compiled extension of its own (SGLang): the CUDA of the torch it pins
         for extra in ("sgl_kernel", "torch"):
