@@ -189,21 +189,12 @@ def _driver(checks, facts, profile):
 
 def _engine_driver(checks, facts, engine):
     """The chosen engine release's CUDA major needs a driver of that generation (enginecat.requirements)."""
-    from .enginecat.requirements import driver_problem
+    from .enginecat.requirements import driver_finding
 
-    req = engine.get("requirements") or {}
-    release = engine.get("release") or "the chosen engine release"
-    if facts.get("vendor") != "nvidia" or req.get("cuda_major") is None:
-        return
-    found = facts.get("driver_version")
-    problem = driver_problem(found, req["cuda_major"]) if found else {"found": "not reported"}
-    need = req.get("nvidia_driver_min") or "?"
-    checks.append(_check("engine.driver", problem is None,
-                         f"NVIDIA driver >= {need} for {release} (links libcudart.so.{req['cuda_major']})",
-                         found or "not reported",
-                         f"{release} needs CUDA {req['cuda_major']}: install NVIDIA driver >= {need} and reboot, "
-                         "or choose an engine release built for this driver (llmb_engine_version; "
-                         "`scripts/launch-plan --engine-versions`)"))
+    f = driver_finding(engine.get("release") or "the chosen engine release", engine.get("requirements"),
+                       facts.get("driver_version"), facts.get("vendor"))
+    if f is not None:
+        checks.append(_check("engine.driver", f["ok"], f["expected"], f["found"], f["hint"]))
 
 
 def _expected_labels(profile, a, b, by_name):

@@ -75,3 +75,42 @@ def test_verify_action_passes_the_inventory_release():
     assert mod._engine_release({"llmb_engine": "vllm"})["release"] == f"vllm {newest}"
     assert mod._engine_release({"llmb_engine": "vllm", "llmb_engine_version": "9.9"}) is None
     assert mod._engine_release({}) is None
+
+
+def _filter():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("llmb_enginecat_filter", REPO / "plugins" / "filter" /
+                                                  "llmb_enginecat.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.llmb_engine_driver_finding
+
+
+def test_preflight_refuses_driver_570_for_vllm_0_23_0_by_name(node, tmp_path):
+    """Stage 0 (playbooks/preflight.yml) asks the node's nvidia-smi for its driver and refuses the
+    chosen release through the same finding as verify, before the engine and weights stages."""
+    node.use("h100-x1")
+    node.fault("driver_version", "version=570.148.08")
+    out = node.out("nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader")
+    data = _catalog(tmp_path).root
+    finding = _filter()(out, "vllm", "0.23.0", "nvidia", str(data))
+    assert finding["ok"] is False and finding["found"] == "570.148.08"
+    assert "vllm 0.23.0" in finding["expected"] and "580.65.06" in finding["expected"]
+    assert "llmb_engine_version" in finding["hint"]
+    assert _filter()(out, "vllm", "0.19.1", "nvidia", str(data))["ok"] is True  # CUDA 12: 570 runs it
+    assert _filter()(out, "vllm", "0.23.0", "amd", str(data)) == {}  # not an NVIDIA node: not this check
+    garbage = "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver."
+    assert _filter()(garbage, "vllm", "0.23.0", "nvidia", str(data))["found"] == "not reported"
+
+
+def test_driver_checks_run_before_anything_is_downloaded():
+    """site.yml: preflight (stage 0) and verify (stage 1) come before the engine and weights stages;
+    preflight's engine.driver assert runs in the play that first contacts the nodes."""
+    stages = [ln.split(":", 1)[1].strip() for ln in (REPO / "site.yml").read_text().splitlines()
+              if "import_playbook:" in ln]
+    order = [Path(s).stem for s in stages]
+    assert order.index("preflight") < order.index("verify") < order.index("engine") < order.index("weights")
+    text = (REPO / "playbooks" / "preflight.yml").read_text()
+    assert "--query-gpu=driver_version" in text and "llmb_engine_driver_finding" in text
+    assert "preflight engine.driver: expected" in text

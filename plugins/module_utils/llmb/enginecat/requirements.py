@@ -39,6 +39,37 @@ def driver_problem(driver: str | None, cuda_major: int | None) -> dict[str, str]
     return None
 
 
+_DRIVER = re.compile(r"^\d{2,4}(\.\d{1,4}){1,2}$")
+
+
+def driver_from_query(text: str | None) -> str | None:
+    """The driver version in `nvidia-smi --query-gpu=driver_version --format=csv,noheader` output (one
+    line per GPU, all alike); None when it is not such output (no driver, an error message)."""
+    lines = [ln.strip() for ln in str(text or "").splitlines() if ln.strip()]
+    if not lines or not all(_DRIVER.match(ln) for ln in lines) or len(set(lines)) != 1:
+        return None
+    return lines[0]
+
+
+def driver_finding(release: str, requirements: dict[str, Any] | None, driver: str | None,
+                   vendor: str | None = "nvidia") -> dict[str, Any] | None:
+    """The check 'can this node's driver run the chosen release' as verify (engine.driver) and preflight
+    report it: {ok, expected, found, hint}; None when it does not apply (not NVIDIA, no CUDA major)."""
+    req = requirements or {}
+    if vendor != "nvidia" or req.get("cuda_major") is None:
+        return None
+    cuda = req["cuda_major"]
+    need = req.get("nvidia_driver_min") or CUDA_MIN_DRIVER.get(int(cuda)) or "?"
+    problem = driver_problem(driver, cuda) if driver else {"found": "not reported"}
+    return {
+        "ok": problem is None,
+        "expected": f"NVIDIA driver >= {need} for {release} (links libcudart.so.{cuda})",
+        "found": driver or "not reported",
+        "hint": f"{release} needs CUDA {cuda}: install NVIDIA driver >= {need} and reboot, or choose an engine "
+                "release built for this driver (llmb_engine_version; `scripts/launch-plan --engine-versions`)",
+    }
+
+
 # ----------------------------------------------------------------------------- ELF DT_NEEDED
 
 
