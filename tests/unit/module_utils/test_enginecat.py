@@ -283,6 +283,25 @@ def test_real_newest_only_flag_refused_on_0_19_1():
     assert ea.problems and "introduced in vllm" in ea.problems[0].message
 
 
+def test_flag_only_in_the_newest_release_refused_on_every_older_one_naming_the_newest():
+    """Done-when of issue 9: a flag that exists only in the newest shipped release is refused on each
+    older one with the release that introduced it."""
+    versions = CAT.flagset_versions("vllm")
+    newest = versions[-1]
+    only = option_strings(CAT.flagset_doc(f"vllm-{newest}"))
+    for v in versions[:-1]:
+        only = only - option_strings(CAT.flagset_doc(f"vllm-{v}"))
+    flag = sorted(f for f in only if f.startswith("--") and not f.startswith("--no-"))[0]
+    for v in versions[:-1]:
+        ea = EngineArgs(CAT.flagset("vllm", v))
+        ea.apply_token(flag, "1", "llmb_engine_args", {})
+        assert ea.problems, (flag, v)
+        assert f"not a flag of vllm {v}: it was introduced in vllm {newest}" in ea.problems[0].message
+    ok = EngineArgs(CAT.flagset("vllm", newest))
+    ok.apply_token(flag, "1", "llmb_engine_args", {})
+    assert not [p for p in ok.problems if "not a flag" in p.message]  # known there (its value is checked)
+
+
 def test_flag_removed_in_a_later_release_names_it(tmp_path):
     cat = _with_newer_release(tmp_path)
     doc = json.loads(json.dumps(cat.flagset_doc("vllm-99.0.0")))
