@@ -432,7 +432,7 @@ def engine_errors(doc: Any) -> list[str]:
 # spelling: option the parser names first -> the option string the planner writes (e.g. SGLang's
 # --tensor-parallel-size is written --tp-size, as the recipes do); both are the same parser action.
 OVERLAY_KEYS = ("images", "image_suffix_by_platform", "supports_model_types", "planner_owned", "renamed",
-                "defaults", "config_checks", "versions", "source", "spelling")
+                "defaults", "config_checks", "versions", "source", "spelling", "requirements")
 
 
 def overlay_errors(doc: Any, generated: bool = False) -> list[str]:
@@ -453,6 +453,12 @@ def overlay_errors(doc: Any, generated: bool = False) -> list[str]:
     for old, rec in renamed.items():
         if not isinstance(rec, dict) or "to" not in rec or not rec.get("source"):
             errs.append(f"renamed.{old} must be a mapping with 'to' (a flag or null) and 'source'")
+    # (a generated set's own 'requirements' are read from the release; the overlay's are per vendor)
+    reqs = {} if generated else (_typecheck(doc, "requirements", dict, errs, required=False) or {})
+    for vendor, rec in reqs.items():  # what a seed recipe says a vendor's build needs (ROCm, glibc)
+        if vendor not in VENDORS or not isinstance(rec, dict) or not rec.get("source"):
+            errs.append(f"requirements.{vendor}: must be one of {', '.join(VENDORS)} mapping to facts "
+                        "with their 'source' (the seed recipe's file name)")
     versions = _typecheck(doc, "versions", dict, errs, required=False) or {}
     for ver, sub in versions.items():
         if not isinstance(sub, dict):
@@ -589,7 +595,11 @@ class Catalog:
         doc = self.flagset_doc(f"{engine}-{version}") if version else None
         if doc is None:
             return None
-        return {"release": f"{engine} {version}", "requirements": dict(doc.get("requirements") or {})}
+        out = {"release": f"{engine} {version}", "requirements": dict(doc.get("requirements") or {})}
+        by_vendor = (self.engine_overlay(engine).get("requirements") or {}) if _NAME.match(engine) else {}
+        if by_vendor:
+            out["by_vendor"] = {k: dict(v) for k, v in sorted(by_vendor.items())}
+        return out
 
     def engine_overlay(self, engine: str) -> dict[str, Any]:
         """The hand-kept knowledge of an engine (data/engines/hand/<engine>.yml); {} when none."""
