@@ -330,7 +330,9 @@ class Reconciler:
         found_id = str(image.get("Id") or "")
         digests = [str(d) for d in image.get("RepoDigests") or []]
         have = sorted({d.split("@", 1)[1] for d in digests if "@" in d})
-        if spec.digest and spec.digest not in have:
+        # an image loaded from a tarball has no registry digests: its pinned image ID vouches for it
+        loaded = not digests and bool(spec.image_id) and found_id == spec.image_id
+        if spec.digest and spec.digest not in have and not loaded:
             raise self.fault(
                 spec, IMAGE_DRIFT,
                 f"image {spec.image} on this node is {found_id[:19]} with registry digests "
@@ -395,11 +397,15 @@ class Reconciler:
             status = state.get("Status", "")
             restarts = int(cur.get("RestartCount") or 0) - restarts0
             if status in ("exited", "dead") or state.get("Restarting") or restarts > 0:
-                raise self.fault(
-                    spec, EXITED_AT_START,
-                    f"exited at start (exit code {state.get('ExitCode')}, status {status or '?'}, "
-                    f"{restarts} restart(s){', ' + state['Error'] if state.get('Error') else ''})",
-                    "read the log tail below; the engine's own error is usually its last line", self.logs(spec.name))
+                if status in ("exited", "dead"):
+                    how = f"exited at start (exit code {state.get('ExitCode')})"
+                else:  # docker's restart policy already brought it back: the exit code is gone with it
+                    how = f"exited at start and was restarted by docker {max(restarts, 1)} time(s) (status {status})"
+                if state.get("Error"):
+                    how += f": {state['Error']}"
+                raise self.fault(spec, EXITED_AT_START, how,
+                                 "read the log tail below; the engine's own error is usually its last line",
+                                 self.logs(spec.name))
             if time.monotonic() >= deadline:
                 return
             self.sleep(min(0.5, max(0.0, deadline - time.monotonic())))

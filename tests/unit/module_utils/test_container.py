@@ -205,6 +205,14 @@ def test_image_id_pin_of_a_tarball_load(docker, node):
     assert rec(docker, node).reconcile(spec(digest=None, image_id=ID1)).action == "create"
 
 
+def test_tarball_load_without_registry_digests_is_vouched_for_by_its_image_id(node):
+    fake = FakeDocker()
+    fake.add_image(IMAGE, ID1, [])  # docker load keeps no RepoDigests
+    assert rec(fake, node).reconcile(spec(digest=D1, image_id=ID1)).action == "create"
+    f = fault_of(lambda: rec(fake, node).reconcile(spec(name="x", digest=D1)))  # nothing vouches for it
+    assert f.cause == IMAGE_DRIFT
+
+
 def test_device_missing_names_every_device_and_changes_nothing(docker, node, tmp_path):
     r = rec(docker, node)
     r.reconcile(spec())
@@ -278,8 +286,21 @@ def test_port_check_only_for_host_network_and_ignores_the_containers_own(docker,
 def test_container_exiting_at_start_shows_its_log_tail(docker, node):
     docker.on_run = {"exit": 1, "logs": "ray start ...\nConnectionError: could not reach 192.168.104.11:6379"}
     f = fault_of(lambda: rec(docker, node, settle_s=0.2, sleep=lambda s: None).reconcile(spec()))
-    assert f.cause == EXITED_AT_START and "exit code 1" in f.text and "1 restart(s)" in f.text
+    assert f.cause == EXITED_AT_START and "restarted by docker 1 time(s)" in f.text
     assert "ConnectionError: could not reach" in f.log_tail and "--- container log tail ---" in f.message()
+
+
+def test_container_that_exited_for_good(docker, node):
+    r = rec(docker, node)
+    r.reconcile(spec())
+    docker.containers["kimi-K2"]["State"] = {"Status": "exited", "Running": False, "ExitCode": 0}
+    docker.on_run = {}
+    real_start = docker._started
+    docker._started = lambda c: c.update(State={"Status": "exited", "Running": False, "ExitCode": 127,
+                                                "Error": "exec: vllm: not found"}, _logs="")
+    f = fault_of(lambda: r.reconcile(spec()))
+    docker._started = real_start
+    assert f.cause == EXITED_AT_START and f.text == "exited at start (exit code 127): exec: vllm: not found"
 
 
 def test_docker_run_failure(docker, node):
