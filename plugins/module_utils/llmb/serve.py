@@ -56,7 +56,8 @@ def systemd_unit(svc: dict, etc_dir: str) -> str:
     lines = [
         "[Unit]",
         f"Description={unit_value(f'llm-bringup {role} ({name})', f'service {name}: Description (role)')}",
-        "After=network-online.target",
+        # an exec unit runs its process in an engine container: after the engine that runs containers
+        "After=network-online.target docker.service" if svc.get("kind") == "exec" else "After=network-online.target",
         "Wants=network-online.target",
         "StartLimitIntervalSec=0",
         "",

@@ -42,3 +42,12 @@ def test_not_joined_text_tells_reachable_from_unreachable():
     assert "does not accept TCP from this node" in down and "llmb_cluster_iface" in down
     up = not_joined_text("dp-headless", "h", 13345, True, [])
     assert "DP rank 0" in up and "did not join" in up
+
+
+def test_exec_unit_is_ordered_after_docker():
+    from llmb.serve import systemd_unit
+
+    argv = ["/usr/bin/docker", "exec", "kimi-K2", "/bin/sh", "-c", 'echo $$ > "$1" && shift && exec "$@"', "sh", "/tmp/p"]
+    unit = systemd_unit({**API, "role": "api", "argv": argv}, "/etc/llmb")
+    assert "After=network-online.target docker.service\n" in unit
+    assert "After=network-online.target\n" in systemd_unit({"name": "llmb-vllm", "kind": "systemd", "argv": ["/x"]}, "/e")
