@@ -11,7 +11,7 @@ description:
     devices, mounts, options such as network, ipc, shm_size, cap_add, restart); env values go
     through a private C(--env-file), never the command line.
   - The spec's hash (image reference, the image ID found on the node, the pins, argv, env, devices,
-    mounts, options) is kept as the label C(io.llm-bringup.spec-hash); a running container with the
+    mounts, options, the content of the plan's config files it reads) is kept as the label C(io.llm-bringup.spec-hash); a running container with the
     same hash is left alone, any other is removed and recreated, a stopped one with the same hash started.
   - Before changing anything it checks the node - the image under the plan's name carries the pinned
     digest / ID, every device exists (a CDI device is declared by a CDI spec), nothing else listens on a
@@ -34,6 +34,7 @@ options:
     elements: raw
     default: []
   options: {description: "Container options from the plan (network, ipc, shm_size, privileged, cap_add, restart, entrypoint...).", type: dict, default: {}}
+  config_files: {description: "The plan's config files the container reads ([{path, content}]); a change replaces it.", type: list, elements: dict, default: []}
   ports: {description: "Ports the container listens on ([{port, purpose}]), checked free with host networking.", type: list, elements: dict, default: []}
   host: {description: Inventory name of the node, for messages (default the node's hostname)., type: str}
   settle_s: {description: Seconds a started container must stay up., type: float, default: 2}
@@ -84,6 +85,7 @@ def main():
             mounts=dict(type="list", elements="raw", default=[]),
             options=dict(type="dict", default={}),
             ports=dict(type="list", elements="dict", default=[]),
+            config_files=dict(type="list", elements="dict", default=[]),
             host=dict(type="str"),
             settle_s=dict(type="float", default=2.0),
             log_lines=dict(type="int", default=40),
@@ -100,7 +102,7 @@ def main():
         name=p["name"], image=p["image"], argv=p["argv"],
         env={str(k): str(v) for k, v in {**p["env"], **p["secret_env"]}.items()},
         devices=p["devices"], mounts=p["mounts"], options=p["options"], ports=p["ports"],
-        digest=p["digest"] or None, image_id=p["image_id"] or None,
+        digest=p["digest"] or None, image_id=p["image_id"] or None, config=p["config_files"],
     )
     rec = Reconciler(lambda argv: m.run_command(argv), host, settle_s=p["settle_s"], log_lines=p["log_lines"])
     try:

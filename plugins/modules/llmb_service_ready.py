@@ -21,6 +21,7 @@ options:
   kind: {description: "systemd, mpirun, exec (units) or container.", type: str, required: true, choices: [systemd, mpirun, exec, container]}
   host: {description: Inventory name of the node, for messages., type: str}
   role: {description: "The service's role in the plan (ray-worker, sshd, ...), for messages.", type: str}
+  exec_in: {description: "For kind exec, the container the unit's process runs in (its loss fails the wait at once).", type: str}
   ready: {description: "Plan readiness spec: {type: tcp|connected|started, host, port, timeout_s}.", type: dict}
   health: {description: "Plan health spec: {url, models_path, expect_model, timeout_s, interval_s}.", type: dict}
   timeout_s: {description: Override of the plan's timeout., type: int}

@@ -78,6 +78,7 @@ class Spec:
     ports: list = field(default_factory=list)  # [{port, purpose}] the container listens on
     digest: str | None = None  # pinned registry digest of image (sha256:...)
     image_id: str | None = None  # pinned image ID (tarball loads)
+    config: list = field(default_factory=list)  # the plan's config files it reads ([{path, content}])
 
     def hash_input(self, found_image_id: str) -> dict:
         return {
@@ -89,6 +90,7 @@ class Spec:
             "devices": self.devices,
             "mounts": self.mounts,
             "options": self.options,
+            "config": [{"path": c.get("path"), "content": c.get("content")} for c in self.config or []],
         }
 
 

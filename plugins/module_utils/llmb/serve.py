@@ -207,9 +207,11 @@ def connected_to(proc: str, roots: list[int], host: str, port: int) -> tuple[boo
 
 # --------------------------------------------------------------------------- start or restart
 # The serve role starts every unit of a level, restarting those whose definition changed. A unit
-# that runs its process inside an engine container (kind exec: `docker exec <container> vllm serve`)
-# also restarts when a container it depends on was created, replaced or started in this run: its
-# process lived in the old container (or the Ray cluster it joined lost a node).
+# that runs its process inside engine containers (kind exec: `docker exec <container> vllm serve`;
+# kind mpirun: `docker exec <container> mpirun ...` over the nodes' containers) also restarts when a
+# container it depends on was created, replaced or started in this run (its process lived in the
+# old container, or lost ranks), or when the config files of its container changed (the engine
+# reads them at start).
 
 UNIT_KINDS = ("systemd", "mpirun", "exec")
 CONTAINER_ACTIONS = ("create", "replace", "start")
@@ -229,10 +231,10 @@ def unit_state(svc: dict, host: str, changed_units: list, replaced: list) -> str
     """systemd state for a unit of the plan: restarted or started."""
     if svc.get("name") in (changed_units or []):
         return "restarted"
-    if svc.get("kind") == "exec":
-        deps = set(svc.get("depends_on") or [])
-        if svc.get("exec_in"):
-            deps.add(f"{host}/{svc['exec_in']}")
+    if svc.get("kind") in ("exec", "mpirun") and svc.get("exec_in"):
+        if svc["exec_in"] in (changed_units or []):
+            return "restarted"
+        deps = {*(svc.get("depends_on") or []), f"{host}/{svc['exec_in']}"}
         if deps & set(replaced or []):
             return "restarted"
     return "started"

@@ -118,8 +118,9 @@ def test_changed_argv_replaces_only_that_container(docker, node):
         {"devices": ["/dev/kfd"]},
         {"mounts": ["/:/work:ro"]},
         {"options": {"network": "host", "ipc": "host", "entrypoint": "/bin/sh", "privileged": True}},
+        {"config": [{"path": "/etc/llmb/trtllm/extra-llm-api-config.yml", "content": "print_iter_log: false\n"}]},
     ],
-    ids=["env", "devices", "mounts", "options"],
+    ids=["env", "devices", "mounts", "options", "config-files"],
 )
 def test_every_part_of_the_spec_is_in_the_hash(docker, node, change):
     r = rec(docker, node)

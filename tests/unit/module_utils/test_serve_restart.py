@@ -28,6 +28,12 @@ def test_exec_unit_restarts_when_a_container_it_depends_on_was_replaced_anywhere
     assert unit_state(API, "mi300x-01", ["kimi-K2-serve"], []) == "restarted"  # its own unit changed
     # exec_in counts even when depends_on does not list it
     assert unit_state({**API, "depends_on": []}, "mi300x-01", [], ["mi300x-01/kimi-K2"]) == "restarted"
+    # the TRT-LLM launcher: an sshd container replaced on another node, or its container's config files changed
+    launcher = {"name": "llmb-trtllm-launcher", "kind": "mpirun", "exec_in": "llmb-trtllm",
+                "depends_on": ["h1/llmb-trtllm", "h2/llmb-trtllm"]}
+    assert unit_state(launcher, "h1", [], []) == "started"
+    assert unit_state(launcher, "h1", [], ["h2/llmb-trtllm"]) == "restarted"
+    assert unit_state(launcher, "h1", ["llmb-trtllm"], []) == "restarted"
     # units of other kinds restart only when their own definition changed
     ray = {"name": "llmb-vllm", "kind": "systemd", "depends_on": ["a/llmb-ray"]}
     assert unit_state(ray, "a", [], ["a/llmb-ray"]) == "started"
