@@ -41,7 +41,18 @@ class FakeDocker:
         self.calls.append(argv)
         assert argv[0] == "docker", argv
         verb = argv[1]
-        if verb in ("image", "container") and argv[2] == "inspect":
+        if verb == "inspect" or (verb == "container" and argv[2] == "inspect" and "-f" in argv):
+            # `docker [container] inspect -f '{{.State.Pid}}' | '{{json .State}}' NAME` (llmb_service_ready)
+            c = self.containers.get(argv[-1])
+            if c is None:
+                return 1, "", f"Error: No such object: {argv[-1]}"
+            fmt = argv[argv.index("-f") + 1]
+            if fmt == "{{.State.Pid}}":
+                return 0, f"{c['State'].get('Pid', 0)}\n", ""
+            if fmt == "{{json .State}}":
+                return 0, json.dumps(c["State"]) + "\n", ""
+            return 1, "", f"fake docker: unsupported format {fmt}"
+        if verb in ("image", "container") and argv[2] == "inspect" and "-f" not in argv:
             table = self.images if verb == "image" else self.containers
             doc = table.get(argv[-1])
             if doc is None:

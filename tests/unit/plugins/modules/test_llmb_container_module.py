@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -90,3 +91,51 @@ def test_module_without_docker_names_the_engine_stage(tmp_path, monkeypatch, cap
     monkeypatch.setenv("PATH", str(tmp_path))
     out = run_module(ARGS, monkeypatch, capsys)
     assert out["failed"] and out["cause"] == "no-docker" and "engine stage" in out["msg"]
+
+
+# ------------------------------------------------------------------------------ llmb_service_ready
+def run_ready(args: dict, monkeypatch, capsys) -> dict:
+    import llmb.serve
+
+    sys.modules.setdefault("ansible.module_utils.llmb.serve", llmb.serve)
+    spec = importlib.util.spec_from_file_location("llmb_service_ready", ROOT / "plugins" / "modules" / "llmb_service_ready.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    monkeypatch.setattr(basic, "_ANSIBLE_ARGS", to_bytes(json.dumps({"ANSIBLE_MODULE_ARGS": args})))
+    monkeypatch.setattr(basic, "_ANSIBLE_PROFILE", "legacy", raising=False)
+    with pytest.raises(SystemExit):
+        mod.main()
+    return json.loads(capsys.readouterr().out)
+
+
+def test_ray_worker_container_that_cannot_reach_the_head_is_not_joined(fake, monkeypatch, capsys):
+    import socket
+
+    doc = json.loads(fake.read_text())
+    doc["containers"] = {"kimi-K2": {"State": {"Status": "running", "Running": True, "Pid": os.getpid()},
+                                     "_logs": "ray start: waiting for the GCS at 127.0.0.1"}}
+    fake.write_text(json.dumps(doc))
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()  # nothing listens there: the head is unreachable
+    out = run_ready({"name": "kimi-K2", "kind": "container", "host": "mi300x-02", "role": "ray-worker",
+                     "ready": {"type": "connected", "host": "127.0.0.1", "port": port, "timeout_s": 1},
+                     "interval_s": 1, "log_lines": 5}, monkeypatch, capsys)
+    assert out["failed"] and out["cause"] == "not-joined"
+    assert out["msg"].startswith("mi300x-02: kimi-K2 (container): not ready within 1s: the ray-worker holds no "
+                                 f"established TCP connection to the Ray head's GCS at 127.0.0.1:{port}")
+    assert "does not accept TCP from this node" in out["msg"] and "waiting for the GCS" in out["msg"]
+
+
+def test_exec_unit_fails_at_once_when_its_container_is_gone(fake, tmp_path, monkeypatch, capsys):
+    bindir = Path(os.environ["PATH"].split(":")[0])
+    (bindir / "systemctl").write_text("#!/bin/sh\necho ActiveState=active; echo SubState=running; echo NRestarts=0\n")
+    (bindir / "systemctl").chmod(0o755)
+    (bindir / "journalctl").write_text("#!/bin/sh\necho 'vllm serve: lost the Ray cluster'\n")
+    (bindir / "journalctl").chmod(0o755)
+    out = run_ready({"name": "kimi-K2-serve", "kind": "exec", "exec_in": "kimi-K2", "host": "mi300x-01",
+                     "health": {"url": "http://127.0.0.1:9/health", "timeout_s": 30}}, monkeypatch, capsys)
+    assert out["failed"] and out["cause"] == "gone" and out["waited_s"] < 5
+    assert out["msg"].startswith("mi300x-01: kimi-K2-serve (exec): its container kimi-K2 is gone after")
+    assert "lost the Ray cluster" in out["msg"]
