@@ -375,6 +375,9 @@ class Reconciler:
             if others:
                 who = ", ".join(f"pid {pid} ({cmd})" for pid, cmd in others[:3])
                 taken.append(f"port {port} ({planned[port]}) is already in use on this node by {who}")
+            elif not holders and not mine:  # a listener whose process this user cannot see (not root)
+                taken.append(f"port {port} ({planned[port]}) is already in use on this node (by a process "
+                             "this user cannot see)")
         if taken:
             raise self.fault(spec, PORT_TAKEN, "; ".join(taken),
                              "stop what holds the port, or move the service to a free port (the llmb_*_port "

@@ -345,3 +345,11 @@ def test_docker_run_argv_maps_plan_options():
 def test_spec_hash_is_canonical():
     assert spec_hash({"a": 1, "b": [1, 2]}) == spec_hash({"b": [1, 2], "a": 1})
     assert spec_hash({"a": 1}) != spec_hash({"a": 2})
+
+
+def test_port_held_by_a_process_this_user_cannot_see(docker, node, monkeypatch):
+    import llmb.container as C
+
+    monkeypatch.setattr(C, "listeners", lambda ports, node: {2233: []})  # LISTEN socket, /proc/*/fd unreadable
+    f = fault_of(lambda: rec(docker, node).reconcile(spec(name="llmb-trtllm", ports=[{"port": 2233, "purpose": "sshd"}])))
+    assert f.cause == PORT_TAKEN and "port 2233 (sshd) is already in use on this node (by a process" in f.text
