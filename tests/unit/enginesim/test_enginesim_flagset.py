@@ -78,7 +78,7 @@ def test_vllm_ascend_extends_vllm():
 @pytest.mark.parametrize(
     "name",
     ["h100", "h200", "h800", "h800-dp-ep"]
-    + ["a3", "mi300x", "mi300x-2x8", "h200-sglang", "h200-trtllm", "sim"],
+    + ["a3", "a3-2x16", "mi300x", "mi300x-2x8", "h200-sglang", "h200-trtllm", "sim"],
 )
 def test_every_planned_argv_parses_in_the_double(name):
     """Planner and double read the same data: whatever the planner emits, the stand-in accepts."""

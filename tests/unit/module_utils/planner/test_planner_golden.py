@@ -235,6 +235,33 @@ def test_a3_vllm_ascend_container_seed_001(planned, data):
     ]
 
 
+def test_a3_2x16_dp2_rank0_and_headless_vllm_ascend_containers_seeds_001_002(planned, data):
+    """Two A3 nodes, each seed 001's container with TP16, as DP rank 0 (the API) + a headless rank
+    (seeds 002/004 "Data Parallelism"); HCCL_IF_IP is each node's own address."""
+    hosts = by_host(planned("a3-2x16"))
+    items = parse_docker_run(SEED_001_DOCKER_RUN, {"$NAME": "vllm-ascend", "$IMAGE": "IMAGE"})
+    fs = flagset_of(data, "vllm-ascend", "0.20.2rc1")
+    model = "/home/cache/Kimi-K2-Thinking"
+    for name, role, addr in (("a3-node-01", "dp-rank", "192.168.103.11"), ("a3-node-02", "dp-headless", "192.168.103.12")):
+        box = service(hosts[name], "vllm-ascend", role)
+        assert box["kind"] == "container" and box["image"] == "quay.io/ascend/vllm-ascend:v0.20.2rc1-a3"
+        assert_container_matches(box, items)
+        for key, value in SEED_001_ENV.items():
+            assert box["env"][key] == value
+        assert box["env"]["HCCL_IF_IP"] == addr and box["env"]["HCCL_SOCKET_IFNAME"] == "enp189s0f0"
+        assert_serve_flags(fs, box["argv"], recipe_tokens(SEED_001_SERVE, {"MODEL": model}), 2, model)
+        pairs, _ = canonical_pairs(fs, box["argv"][2:])
+        for want in (("--data-parallel-size", 2), ("--data-parallel-size-local", 1),
+                     ("--data-parallel-address", "192.168.103.11"), ("--data-parallel-rpc-port", 13345)):
+            assert want in pairs, want
+    rank0 = service(hosts["a3-node-01"], "vllm-ascend", "dp-rank")
+    headless = service(hosts["a3-node-02"], "vllm-ascend", "dp-headless")
+    assert "--headless" not in rank0["argv"] and rank0["health"]["url"] == "http://192.168.103.11:8000/health"
+    assert headless["argv"][headless["argv"].index("--data-parallel-start-rank") + 1] == "1"
+    assert "--headless" in headless["argv"] and headless["health"] is None
+    assert rank0["order"] < headless["order"] and headless["depends_on"] == ["a3-node-01/vllm-ascend"]
+
+
 # ---------------------------------------------------------------------------- seeds 002/003 ROCm
 SEED_003_ROCM_DOCKER = """docker run -d -it \
   --ipc=host \
@@ -489,7 +516,7 @@ def test_sim_is_tp8_pp2_over_ray(planned, data):
 @pytest.mark.parametrize(
     "name",
     ["h100", "h200", "h800", "h800-dp-ep"]
-    + ["a3", "mi300x", "mi300x-2x8", "h200-sglang", "h200-trtllm", "sim"],
+    + ["a3", "a3-2x16", "mi300x", "mi300x-2x8", "h200-sglang", "h200-trtllm", "sim"],
 )
 def test_every_planned_engine_argv_is_accepted_by_its_flag_set(planned, data, name):
     plan = planned(name)
