@@ -235,6 +235,33 @@ def test_a3_vllm_ascend_container_seed_001(planned, data):
     ]
 
 
+def test_a3_2x16_dp2_rank0_and_headless_vllm_ascend_containers_seeds_001_002(planned, data):
+    """Two A3 nodes, each seed 001's container with TP16, as DP rank 0 (the API) + a headless rank
+    (seeds 002/004 "Data Parallelism"); HCCL_IF_IP is each node's own address."""
+    hosts = by_host(planned("a3-2x16"))
+    items = parse_docker_run(SEED_001_DOCKER_RUN, {"$NAME": "vllm-ascend", "$IMAGE": "IMAGE"})
+    fs = flagset_of(data, "vllm-ascend", "0.20.2rc1")
+    model = "/home/cache/Kimi-K2-Thinking"
+    for name, role, addr in (("a3-node-01", "dp-rank", "192.168.103.11"), ("a3-node-02", "dp-headless", "192.168.103.12")):
+        box = service(hosts[name], "vllm-ascend", role)
+        assert box["kind"] == "container" and box["image"] == "quay.io/ascend/vllm-ascend:v0.20.2rc1-a3"
+        assert_container_matches(box, items)
+        for key, value in SEED_001_ENV.items():
+            assert box["env"][key] == value
+        assert box["env"]["HCCL_IF_IP"] == addr and box["env"]["HCCL_SOCKET_IFNAME"] == "enp189s0f0"
+        assert_serve_flags(fs, box["argv"], recipe_tokens(SEED_001_SERVE, {"MODEL": model}), 2, model)
+        pairs, _ = canonical_pairs(fs, box["argv"][2:])
+        for want in (("--data-parallel-size", 2), ("--data-parallel-size-local", 1),
+                     ("--data-parallel-address", "192.168.103.11"), ("--data-parallel-rpc-port", 13345)):
+            assert want in pairs, want
+    rank0 = service(hosts["a3-node-01"], "vllm-ascend", "dp-rank")
+    headless = service(hosts["a3-node-02"], "vllm-ascend", "dp-headless")
+    assert "--headless" not in rank0["argv"] and rank0["health"]["url"] == "http://192.168.103.11:8000/health"
+    assert headless["argv"][headless["argv"].index("--data-parallel-start-rank") + 1] == "1"
+    assert "--headless" in headless["argv"] and headless["health"] is None
+    assert rank0["order"] < headless["order"] and headless["depends_on"] == ["a3-node-01/vllm-ascend"]
+
+
 # ---------------------------------------------------------------------------- seeds 002/003 ROCm
 SEED_003_ROCM_DOCKER = """docker run -d -it \
   --ipc=host \
@@ -276,10 +303,67 @@ def test_mi300x_rocm_container_seeds_002_003(planned, data):
     assert_serve_flags(
         fs, svc["argv"], recipe_tokens(SEED_003_ROCM_SERVE, {"moonshotai/Kimi-K2-Thinking": model}), 2, model
     )
-    # --entrypoint /bin/bash: the engine command runs through the shell
-    assert svc["container"]["command"][0] == "-c" and svc["container"]["command"][1].startswith(
-        "exec vllm serve "
-    )
+    # --entrypoint /bin/bash: the engine argv follows a constant script as its positional parameters
+    # (deliberate plan change, issue 10: no second quoting place, argv stays a list)
+    assert svc["container"]["command"] == ["-c", 'exec "$@"', "bash", *svc["argv"]]
+
+
+# ---------------------------------------------------------------------------- seeds 002/003 ROCm, 2 nodes
+# seed 002 "ROCm" Option B docker run (its --name), "Tensor Parallelism + pipeline-parallelism" sizes,
+# and its ROCm serve command
+SEED_002_ROCM_DOCKER = SEED_003_ROCM_DOCKER.replace("--name Kimi-K2-Thinking", "--name kimi-K2")
+SEED_002_ROCM_SERVE = """vllm serve moonshotai/Kimi-K2-Instruct \
+  --tensor-parallel-size 8 \
+  --pipeline-parallel-size 2 \
+  --no-enable-prefix-caching \
+  --trust-remote-code"""
+
+
+def test_mi300x_2x8_tp8_pp2_ray_in_rocm_containers_seeds_002_003(planned, data):
+    hosts = by_host(planned("mi300x-2x8"))
+    head, worker = hosts["mi300x-01"], hosts["mi300x-02"]
+    items = parse_docker_run(SEED_002_ROCM_DOCKER, {})
+    # -p 8000:8000 is the API's, served by `vllm serve` in the head's container (checked below)
+    assert ("port", 8000) in items
+    items = [i for i in items if i != ("port", 8000)]
+    boxes = {}
+    for hp, role, addr in ((head, "ray-head", "192.168.104.11"), (worker, "ray-worker", "192.168.104.12")):
+        box = service(hp, "kimi-K2", role)
+        assert box["kind"] == "container" and box["image"] == "vllm/vllm-openai-rocm:v0.19.1"
+        assert_container_matches(box, items, image_repo="vllm/vllm-openai-rocm")
+        assert {"/dev/kfd", "/dev/dri", "/dev/mem"} <= set(box["devices"])
+        assert box["env"]["SAFETENSORS_FAST_GPU"] == "1"
+        # run_cluster.sh: every container announces its own node's address
+        assert box["env"]["VLLM_HOST_IP"] == addr and box["env"]["NCCL_SOCKET_IFNAME"] == "ens7f0np0"
+        assert box["argv"][:2] == ["ray", "start"] and "--block" in box["argv"]
+        assert box["argv"][box["argv"].index("--node-ip-address") + 1] == addr
+        assert box["container"]["command"] == ["-c", 'exec "$@"', "bash", *box["argv"]]
+        boxes[role] = box
+    assert boxes["ray-head"]["ready"] == {"type": "tcp", "host": "192.168.104.11", "port": 6379, "timeout_s": 300}
+    worker_box = boxes["ray-worker"]
+    assert worker_box["argv"][worker_box["argv"].index("--address") + 1] == "192.168.104.11:6379"
+    assert worker_box["ready"]["type"] == "connected" and worker_box["depends_on"] == ["mi300x-01/kimi-K2"]
+    assert [s["name"] for s in worker["services"]] == ["kimi-K2"]
+    # `vllm serve` runs in the head's container (docker exec from a unit), after both Ray nodes
+    api = service(head, "kimi-K2-serve", "api")
+    assert api["kind"] == "exec" and api["exec_in"] == "kimi-K2" and api["image"] is None
+    assert boxes["ray-head"]["order"] < worker_box["order"] < api["order"]
+    assert set(api["depends_on"]) == {"mi300x-01/kimi-K2", "mi300x-02/kimi-K2"}
+    argv = api["argv"]
+    assert argv[:2] == ["/usr/bin/docker", "exec"]
+    names = [argv[i + 1] for i, a in enumerate(argv[: argv.index("kimi-K2")]) if a == "-e"]
+    assert names == sorted(api["env"]) and "RAY_ADDRESS" in names
+    assert not any("=" in n for n in names)  # values come from the unit's environment, never argv
+    inner = argv[argv.index("vllm") :]
+    assert inner[:3] == ["vllm", "serve", "/work/data/models/Kimi-K2-Instruct"]
+    fs = flagset_of(data, "vllm", "0.19.1")
+    model = "/work/data/models/Kimi-K2-Instruct"
+    assert_serve_flags(fs, inner, recipe_tokens(SEED_002_ROCM_SERVE, {"moonshotai/Kimi-K2-Instruct": model}), 2, model)
+    assert ("--distributed-executor-backend", "ray") in canonical_pairs(fs, inner[2:])[0]
+    assert api["env"]["RAY_ADDRESS"] == "192.168.104.11:6379" and api["env"]["VLLM_HOST_IP"] == "192.168.104.11"
+    assert api["stop_argv"][:3] == ["/usr/bin/docker", "exec", "kimi-K2"]
+    assert api["health"]["url"] == "http://192.168.104.11:8000/health"
+    assert {"port": 8000, "purpose": "api"} in api["ports"]
 
 
 # ---------------------------------------------------------------------------- seed 004 SGLang
@@ -432,7 +516,7 @@ def test_sim_is_tp8_pp2_over_ray(planned, data):
 @pytest.mark.parametrize(
     "name",
     ["h100", "h200", "h800", "h800-dp-ep"]
-    + ["a3", "mi300x", "h200-sglang", "h200-trtllm", "sim"],
+    + ["a3", "a3-2x16", "mi300x", "mi300x-2x8", "h200-sglang", "h200-trtllm", "sim"],
 )
 def test_every_planned_engine_argv_is_accepted_by_its_flag_set(planned, data, name):
     plan = planned(name)
@@ -444,6 +528,8 @@ def test_every_planned_engine_argv_is_accepted_by_its_flag_set(planned, data, na
                 continue
             if svc["kind"] == "mpirun":
                 argv = argv[argv.index("trtllm-serve") :]
+            if svc["kind"] == "exec":
+                argv = argv[argv.index("vllm") :]
             start = {"vllm": 2, "vllm-ascend": 2, "sglang": 3, "trtllm": 2}[plan.ctx.engine]
             pairs, _ = canonical_pairs(fs, argv[start:])  # raises on a flag the release lacks
             assert pairs
