@@ -78,7 +78,7 @@ def test_vllm_ascend_extends_vllm():
 @pytest.mark.parametrize(
     "name",
     ["h100", "h200", "h800", "h800-dp-ep"]
-    + ["a3", "mi300x", "h200-sglang", "h200-trtllm", "sim"],
+    + ["a3", "mi300x", "mi300x-2x8", "h200-sglang", "h200-trtllm", "sim"],
 )
 def test_every_planned_argv_parses_in_the_double(name):
     """Planner and double read the same data: whatever the planner emits, the stand-in accepts."""
@@ -101,6 +101,8 @@ def test_every_planned_argv_parses_in_the_double(name):
                 fs, rest = flagset.load("ray"), argv[2:]
             elif svc["kind"] == "mpirun":
                 fs, rest = flagset.load("trtllm"), argv[argv.index("trtllm-serve") + 2 :]
+            elif svc["kind"] == "exec":
+                fs, rest = flagset.load(engine), argv[argv.index("vllm") + 2 :]
             elif engine == "sglang":
                 fs, rest = flagset.load("sglang"), argv[3:]
             else:

@@ -17,7 +17,7 @@ from llmb import results as R
 
 REPO = Path(__file__).resolve().parents[3]
 SCRIPT = REPO / "scripts" / "launch-plan"
-PLANNED = ["h100", "h200", "h800", "h800-dp-ep", "a3", "mi300x", "h200-sglang", "h200-trtllm", "sim"]
+PLANNED = ["h100", "h200", "h800", "h800-dp-ep", "a3", "mi300x", "mi300x-2x8", "h200-sglang", "h200-trtllm", "sim"]
 _CACHE: dict[str, tuple[dict, dict]] = {}
 
 

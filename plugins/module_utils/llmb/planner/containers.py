@@ -1,11 +1,11 @@
-"""Engine containers: their options, command, devices and mounts, the default image, and the checks
-of the container variables (llmb_container_options, llmb_container_mounts, llmb_container_image)."""
+"""Engine containers: their options, command, devices and mounts, the default image, how NVIDIA GPUs
+reach them, commands run inside a running one (docker exec), and the checks of the container
+variables (llmb_container_options, llmb_container_mounts, llmb_container_nvidia_gpus)."""
 
 from __future__ import annotations
 
 import copy
 import dataclasses
-import shlex
 from typing import Any
 
 from .context import Context
@@ -58,6 +58,7 @@ def container_problems(ctx: Context) -> list[Problem]:
                     fix="use one of the keys above (devices and mounts have their own variables)",
                 )
             )
+    problems += gpu_access_problems(ctx)
     for mount in ctx.v.get("llmb_container_mounts") or []:
         if len(str(mount).split(":")) not in (2, 3):
             problems.append(
@@ -71,15 +72,84 @@ def container_problems(ctx: Context) -> list[Problem]:
     return problems
 
 
+# The one shell script of a container whose entrypoint is a shell (seeds 002/003 run the ROCm image
+# with --entrypoint /bin/bash): constant, the engine argv follows as its positional parameters, so no
+# value is ever parsed by the shell and argv stays a list end to end.
+SHELL_EXEC = 'exec "$@"'
+
+
+def gpu_access_problems(ctx: Context) -> list[Problem]:
+    """llmb_container_nvidia_gpus is for NVIDIA platforms, and cdi / devices leave --gpus unset."""
+    mode = ctx.v.get("llmb_container_nvidia_gpus") or "gpus"
+    if mode == "gpus":
+        return []
+    if ctx.platform.vendor != "nvidia":
+        return [
+            Problem(
+                "container",
+                f"llmb_container_nvidia_gpus: {mode} is for NVIDIA platforms; {ctx.platform.name} is "
+                f"{ctx.platform.vendor} (its devices come from the platform: llmb_container_devices adds more)",
+                found=f"llmb_container_nvidia_gpus: {mode}",
+                expected="gpus (the default) on a non-NVIDIA platform",
+                fix="remove llmb_container_nvidia_gpus",
+            )
+        ]
+    gpus = (ctx.v.get("llmb_container_options") or {}).get("gpus")
+    if gpus:
+        return [
+            Problem(
+                "container",
+                f"llmb_container_options.gpus ({gpus}) asks for --gpus, but llmb_container_nvidia_gpus: {mode} "
+                "passes the GPUs as --device entries",
+                found=f"llmb_container_options.gpus: {gpus}, llmb_container_nvidia_gpus: {mode}",
+                expected="one way to pass the GPUs",
+                fix="remove llmb_container_options.gpus, or set llmb_container_nvidia_gpus: gpus",
+            )
+        ]
+    return []
+
+
 def container_command(argv: list[str], entrypoint: Any) -> list[str]:
     """The container command for an engine argv, given the container entrypoint.
 
-    A shell entrypoint (seed 002/003 run the ROCm image with --entrypoint /bin/bash) gets
-    ``-c 'exec <argv>'``; no entrypoint means the argv replaces the image's entrypoint+cmd.
-    """
-    if entrypoint and str(entrypoint).split("/")[-1] in ("bash", "sh"):
-        return ["-c", "exec " + shlex.join(argv)]
+    A shell entrypoint gets ``-c 'exec "$@"' <shell> <argv...>`` ($0 is the shell's name, "$@" the
+    argv); no entrypoint means the argv replaces the image's entrypoint+cmd."""
+    shell = str(entrypoint).split("/")[-1] if entrypoint else ""
+    if shell in ("bash", "sh"):
+        return ["-c", SHELL_EXEC, shell, *argv]
     return list(argv)
+
+
+# `docker exec` services (kind exec: a unit on the node running a process inside a running engine
+# container, vLLM's run_cluster.sh pattern). The process records its pid in the container so that
+# the unit's ExecStop can end it (a killed `docker exec` client leaves its process running): both
+# scripts are constant, the pid file and the argv are positional parameters.
+EXEC_PIDFILE_SCRIPT = 'echo $$ > "$1" && shift && exec "$@"'
+EXEC_STOP_SCRIPT = 'read p < "$1" && kill -TERM "$p" && while kill -0 "$p" 2>/dev/null; do sleep 1; done'
+DOCKER = "/usr/bin/docker"
+
+
+def docker_exec(container: str, env: dict[str, str], argv: list[str]) -> list[str]:
+    """Run argv inside the node's engine container; env names are passed from the unit's environment
+    (their values never appear on the command line)."""
+    out = [DOCKER, "exec"]
+    for key in sorted(env):
+        out += ["-e", key]
+    return [*out, container, *argv]
+
+
+def exec_pidfile(service: str) -> str:
+    return f"/tmp/{service}.pid"
+
+
+def exec_argv(service: str, container: str, env: dict[str, str], argv: list[str]) -> list[str]:
+    """The unit's command of exec service `service`: argv in `container`, its pid recorded there."""
+    return docker_exec(container, env, ["/bin/sh", "-c", EXEC_PIDFILE_SCRIPT, "sh", exec_pidfile(service), *argv])
+
+
+def exec_stop_argv(service: str, container: str) -> list[str]:
+    """ExecStop of exec service `service`: SIGTERM to its process in `container`, then wait for it."""
+    return [DOCKER, "exec", container, "/bin/sh", "-c", EXEC_STOP_SCRIPT, "sh", exec_pidfile(service)]
 
 
 def containerize(
@@ -98,6 +168,7 @@ def containerize(
         opts["command"] = list(svc.argv[1:])
     else:
         opts["command"] = container_command(svc.argv, entry)
+    devices = gpu_devices(ctx, opts, devices)
     extra_devices = [str(d) for d in ctx.v.get("llmb_container_devices") or []]
     user_mounts = [str(m) for m in ctx.v.get("llmb_container_mounts") or []]
     return dataclasses.replace(
@@ -109,6 +180,19 @@ def containerize(
         mounts=list(mounts) + [m for m in user_mounts if m not in mounts],
         container=opts,
     )
+
+
+def gpu_devices(ctx: Context, opts: dict[str, Any], devices: list[str]) -> list[str]:
+    """How NVIDIA GPUs reach the container (llmb_container_nvidia_gpus): `gpus` keeps the platform's
+    --gpus option (the NVIDIA runtime hook), `cdi` and `devices` drop it for --device entries."""
+    mode = ctx.v.get("llmb_container_nvidia_gpus") or "gpus"
+    if ctx.platform.vendor != "nvidia" or mode == "gpus":
+        return list(devices)
+    from .engines import nvidia  # the engine modules import this module
+
+    opts["gpus"] = None
+    wanted = nvidia.gpu_devices(mode, ctx.platform.device_count)
+    return wanted + [d for d in devices if d not in wanted]
 
 
 def default_image(ctx: Context) -> str | None:

@@ -251,6 +251,14 @@ KNOBS: tuple[Knob, ...] = (
     ),
     Knob("llmb_container_devices", "list", [], "extra devices, docker --device syntax", elements="token"),
     Knob(
+        "llmb_container_nvidia_gpus",
+        "str",
+        "gpus",
+        "how NVIDIA GPUs reach engine containers: gpus (--gpus all, the NVIDIA runtime hook) | cdi "
+        "(--device nvidia.com/gpu=all, a CDI spec; Docker 25+ with CDI on) | devices (--device /dev/nvidia*)",
+        choices=("gpus", "cdi", "devices"),
+    ),
+    Knob(
         "llmb_container_options",
         "dict",
         {},

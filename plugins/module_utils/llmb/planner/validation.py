@@ -195,15 +195,6 @@ def _check_whole_nodes(ctx: Context, topo: Topology) -> list[Problem]:
                 fix="choose TP x PP as a multiple of the devices per node",
             )
         )
-    if topo.mode == "ray" and ctx.v["llmb_install"] == "container":
-        problems.append(
-            Problem(
-                "install",
-                "a vLLM cluster over Ray is planned for host installs only",
-                found="llmb_install: container with TP x PP larger than one node",
-                fix="use llmb_install: host, or DP + EP (llmb_data_parallel) with containers",
-            )
-        )
     return problems
 
 

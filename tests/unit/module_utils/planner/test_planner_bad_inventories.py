@@ -220,11 +220,18 @@ CASES = [
         ["unknown key 'shmsize'"],
     ),
     (
-        "ray-over-containers",
-        "h800",
-        set_all(llmb_install="container"),
-        "install",
-        ["Ray is planned for host installs only"],
+        "nvidia-gpus-on-amd",
+        "mi300x",
+        set_all(llmb_container_nvidia_gpus="cdi"),
+        "container",
+        ["llmb_container_nvidia_gpus: cdi is for NVIDIA platforms"],
+    ),
+    (
+        "nvidia-gpus-twice",
+        "h200-trtllm",
+        set_all(llmb_container_nvidia_gpus="devices", llmb_container_options={"gpus": "all"}),
+        "container",
+        ["llmb_container_options.gpus (all) asks for --gpus"],
     ),
     (
         "ep-size-for-vllm",
@@ -543,6 +550,8 @@ INPUT_CASES = [
     ("expert-parallel-as-text", "h100", set_all(llmb_expert_parallel="yes"), "type", "'yes' (string)",
      "llmb_expert_parallel"),
     ("install-unknown", "h100", set_all(llmb_install="bare-metal"), "choice", "host | container", "llmb_install"),
+    ("nvidia-gpus-unknown", "h200-trtllm", set_all(llmb_container_nvidia_gpus="runtime"), "choice",
+     "gpus | cdi | devices", "llmb_container_nvidia_gpus"),
     ("date-as-run-id", "h100", set_all(llmb_run_id=__import__("datetime").date(2026, 1, 2)), "type",
      "(date)", "llmb_run_id"),
 ]

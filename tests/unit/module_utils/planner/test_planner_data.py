@@ -100,7 +100,7 @@ def test_malformed_platform_is_a_problem_naming_file_and_field(tmp_path, invento
 
 
 # the recipe inventories of the launch planner (other stages keep inventories of their own here)
-SAMPLES = ["a3", "h100", "h200", "h200-sglang", "h200-trtllm", "h800", "h800-dp-ep", "mi300x", "sim"]
+SAMPLES = ["a3", "h100", "h200", "h200-sglang", "h200-trtllm", "h800", "h800-dp-ep", "mi300x", "mi300x-2x8", "sim"]
 
 
 def test_all_sample_inventories_exist():

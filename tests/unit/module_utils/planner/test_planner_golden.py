@@ -276,10 +276,67 @@ def test_mi300x_rocm_container_seeds_002_003(planned, data):
     assert_serve_flags(
         fs, svc["argv"], recipe_tokens(SEED_003_ROCM_SERVE, {"moonshotai/Kimi-K2-Thinking": model}), 2, model
     )
-    # --entrypoint /bin/bash: the engine command runs through the shell
-    assert svc["container"]["command"][0] == "-c" and svc["container"]["command"][1].startswith(
-        "exec vllm serve "
-    )
+    # --entrypoint /bin/bash: the engine argv follows a constant script as its positional parameters
+    # (deliberate plan change, issue 10: no second quoting place, argv stays a list)
+    assert svc["container"]["command"] == ["-c", 'exec "$@"', "bash", *svc["argv"]]
+
+
+# ---------------------------------------------------------------------------- seeds 002/003 ROCm, 2 nodes
+# seed 002 "ROCm" Option B docker run (its --name), "Tensor Parallelism + pipeline-parallelism" sizes,
+# and its ROCm serve command
+SEED_002_ROCM_DOCKER = SEED_003_ROCM_DOCKER.replace("--name Kimi-K2-Thinking", "--name kimi-K2")
+SEED_002_ROCM_SERVE = """vllm serve moonshotai/Kimi-K2-Instruct \
+  --tensor-parallel-size 8 \
+  --pipeline-parallel-size 2 \
+  --no-enable-prefix-caching \
+  --trust-remote-code"""
+
+
+def test_mi300x_2x8_tp8_pp2_ray_in_rocm_containers_seeds_002_003(planned, data):
+    hosts = by_host(planned("mi300x-2x8"))
+    head, worker = hosts["mi300x-01"], hosts["mi300x-02"]
+    items = parse_docker_run(SEED_002_ROCM_DOCKER, {})
+    # -p 8000:8000 is the API's, served by `vllm serve` in the head's container (checked below)
+    assert ("port", 8000) in items
+    items = [i for i in items if i != ("port", 8000)]
+    boxes = {}
+    for hp, role, addr in ((head, "ray-head", "192.168.104.11"), (worker, "ray-worker", "192.168.104.12")):
+        box = service(hp, "kimi-K2", role)
+        assert box["kind"] == "container" and box["image"] == "vllm/vllm-openai-rocm:v0.19.1"
+        assert_container_matches(box, items, image_repo="vllm/vllm-openai-rocm")
+        assert {"/dev/kfd", "/dev/dri", "/dev/mem"} <= set(box["devices"])
+        assert box["env"]["SAFETENSORS_FAST_GPU"] == "1"
+        # run_cluster.sh: every container announces its own node's address
+        assert box["env"]["VLLM_HOST_IP"] == addr and box["env"]["NCCL_SOCKET_IFNAME"] == "ens7f0np0"
+        assert box["argv"][:2] == ["ray", "start"] and "--block" in box["argv"]
+        assert box["argv"][box["argv"].index("--node-ip-address") + 1] == addr
+        assert box["container"]["command"] == ["-c", 'exec "$@"', "bash", *box["argv"]]
+        boxes[role] = box
+    assert boxes["ray-head"]["ready"] == {"type": "tcp", "host": "192.168.104.11", "port": 6379, "timeout_s": 300}
+    worker_box = boxes["ray-worker"]
+    assert worker_box["argv"][worker_box["argv"].index("--address") + 1] == "192.168.104.11:6379"
+    assert worker_box["ready"]["type"] == "connected" and worker_box["depends_on"] == ["mi300x-01/kimi-K2"]
+    assert [s["name"] for s in worker["services"]] == ["kimi-K2"]
+    # `vllm serve` runs in the head's container (docker exec from a unit), after both Ray nodes
+    api = service(head, "kimi-K2-serve", "api")
+    assert api["kind"] == "exec" and api["exec_in"] == "kimi-K2" and api["image"] is None
+    assert boxes["ray-head"]["order"] < worker_box["order"] < api["order"]
+    assert set(api["depends_on"]) == {"mi300x-01/kimi-K2", "mi300x-02/kimi-K2"}
+    argv = api["argv"]
+    assert argv[:2] == ["/usr/bin/docker", "exec"]
+    names = [argv[i + 1] for i, a in enumerate(argv[: argv.index("kimi-K2")]) if a == "-e"]
+    assert names == sorted(api["env"]) and "RAY_ADDRESS" in names
+    assert not any("=" in n for n in names)  # values come from the unit's environment, never argv
+    inner = argv[argv.index("vllm") :]
+    assert inner[:3] == ["vllm", "serve", "/work/data/models/Kimi-K2-Instruct"]
+    fs = flagset_of(data, "vllm", "0.19.1")
+    model = "/work/data/models/Kimi-K2-Instruct"
+    assert_serve_flags(fs, inner, recipe_tokens(SEED_002_ROCM_SERVE, {"moonshotai/Kimi-K2-Instruct": model}), 2, model)
+    assert ("--distributed-executor-backend", "ray") in canonical_pairs(fs, inner[2:])[0]
+    assert api["env"]["RAY_ADDRESS"] == "192.168.104.11:6379" and api["env"]["VLLM_HOST_IP"] == "192.168.104.11"
+    assert api["stop_argv"][:3] == ["/usr/bin/docker", "exec", "kimi-K2"]
+    assert api["health"]["url"] == "http://192.168.104.11:8000/health"
+    assert {"port": 8000, "purpose": "api"} in api["ports"]
 
 
 # ---------------------------------------------------------------------------- seed 004 SGLang
@@ -432,7 +489,7 @@ def test_sim_is_tp8_pp2_over_ray(planned, data):
 @pytest.mark.parametrize(
     "name",
     ["h100", "h200", "h800", "h800-dp-ep"]
-    + ["a3", "mi300x", "h200-sglang", "h200-trtllm", "sim"],
+    + ["a3", "mi300x", "mi300x-2x8", "h200-sglang", "h200-trtllm", "sim"],
 )
 def test_every_planned_engine_argv_is_accepted_by_its_flag_set(planned, data, name):
     plan = planned(name)
@@ -444,6 +501,8 @@ def test_every_planned_engine_argv_is_accepted_by_its_flag_set(planned, data, na
                 continue
             if svc["kind"] == "mpirun":
                 argv = argv[argv.index("trtllm-serve") :]
+            if svc["kind"] == "exec":
+                argv = argv[argv.index("vllm") :]
             start = {"vllm": 2, "vllm-ascend": 2, "sglang": 3, "trtllm": 2}[plan.ctx.engine]
             pairs, _ = canonical_pairs(fs, argv[start:])  # raises on a flag the release lacks
             assert pairs

@@ -128,7 +128,7 @@ def services(ctx: Context, topo: Topology, ea: EngineArgs) -> list[HostPlan]:
                     name=f"{name}-launcher",
                     kind="mpirun",
                     role="mpirun-launcher",
-                    argv=docker_exec(name, env, _mpirun_argv(ctx, topo, nodes, env, serve_argv)),
+                    argv=containers.docker_exec(name, env, _mpirun_argv(ctx, topo, nodes, env, serve_argv)),
                     order=common.ORDER_API,
                     env=env,
                     exec_in=name,
@@ -164,11 +164,3 @@ def _mpirun_argv(
     for key in sorted(env):
         argv += ["-x", key]
     return [*argv, "trtllm-llmapi-launch", *serve_argv]
-
-
-def docker_exec(container: str, env: dict[str, str], argv: list[str]) -> list[str]:
-    """Run argv inside the node's engine container; env names are passed from the unit's environment."""
-    out = ["/usr/bin/docker", "exec"]
-    for key in sorted(env):
-        out += ["-e", key]
-    return [*out, container, *argv]
