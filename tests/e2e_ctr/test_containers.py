@@ -147,3 +147,141 @@ def test_a3_image_digest_drifted_in_registry(ctr):
     for n in ("node1", "node2"):
         assert after[n]["vllm-ascend"] != before[n]["vllm-ascend"], f"{n}: the container kept the old image"
     assert [m["id"] for m in _api(ctr)["data"]] == ["kimi-k2-sim"]
+
+
+# ------------------------------------------------------------------ mi300x 2x8: ROCm image, Ray in containers, TP8 x PP2
+MI = RECIPES["mi300x"]
+
+
+def _ray_status(ctr) -> str:
+    return _in(ctr, "node1", "kimi-K2", "ray", "status", check=False).stdout
+
+
+def test_mi300x_converges(ctr):
+    ctr.switch(MI)
+    run = ctr.playbook(MI)
+    ctr.timings["mi300x_converge_s"] = round(run.seconds, 1)
+    _ok(run)
+    want = ctr.fixture["images"]["mi300x"]
+    head = ctr.ip("node1")
+    for node, role in (("node1", "--head"), ("node2", "--address")):
+        c = ctr.containers(node)["kimi-K2"]
+        assert c["status"] == "running" and c["image"] == want["id"], (node, c, want)
+        assert role in c["args"], (node, c["args"])
+        dev = _in(ctr, node, "kimi-K2", "sh", "-c", "ls /dev/kfd /dev/dri").stdout.split()
+        assert "/dev/kfd" in dev and "renderD128" in dev and "card7" in dev, f"{node}: {dev}"
+        host_ip = _in(ctr, node, "kimi-K2", "printenv", "VLLM_HOST_IP").stdout.strip()
+        assert host_ip == ctr.ip(node), f"{node}: VLLM_HOST_IP={host_ip!r}"
+    assert f"{head}:6379" in " ".join(ctr.containers("node2")["kimi-K2"]["args"])
+    status = _ray_status(ctr)
+    assert status.count("node_") == 2, f"the Ray cluster is not head + worker:\n{status}"
+    # vllm serve runs inside the head's container (docker exec from a systemd unit), TP8 x PP2 over Ray
+    ps = _in(ctr, "node1", "kimi-K2", "ps", "-eo", "args").stdout
+    serve = [ln for ln in ps.splitlines() if " serve " in ln and "vllm" in ln]
+    assert serve and "--tensor-parallel-size 8" in serve[0] and "--pipeline-parallel-size 2" in serve[0], ps
+    assert "--distributed-executor-backend ray" in serve[0], serve
+    assert ctr.node("node1", "systemctl", "is-active", "kimi-K2-serve", check=False).stdout.strip() == "active"
+    assert [m["id"] for m in _api(ctr)["data"]] == ["kimi-k2-sim"]
+
+
+def test_mi300x_rerun_changes_nothing_and_keeps_containers(ctr):
+    before = _running(ctr)
+    run = ctr.playbook(MI)
+    ctr.timings["mi300x_rerun_s"] = round(run.seconds, 1)
+    _no_change(run)
+    assert _running(ctr) == before, "a container whose spec did not change was replaced"
+
+
+def test_mi300x_check_diff_reports_no_change(ctr):
+    run = ctr.playbook(MI, "--check", "--diff")
+    ctr.timings["mi300x_check_s"] = round(run.seconds, 1)
+    _no_change(run)
+
+
+def test_mi300x_worker_unable_to_reach_ray_head(ctr):
+    """node2's worker container cannot reach the head's GCS port: host, container and cause named."""
+    head = ctr.ip("node1")
+    ctr.node("node2", "iptables", "-I", "OUTPUT", "-p", "tcp", "-d", head, "--dport", "6379", "-j", "REJECT")
+    ctr.node("node2", "docker", "rm", "-f", "kimi-K2")
+    extra = ctr.inventory_dir(MI) / "group_vars" / "all" / "zz-fault.yml"
+    extra.write_text("llmb_ready_timeout_s: 20\n")
+    try:
+        run = ctr.playbook(MI, playbook=ctr.serve_playbook)
+        _fails(run, "node2", "kimi-K2", f"{head}:6379")
+    finally:
+        extra.unlink()
+        ctr.node("node2", "iptables", "-D", "OUTPUT", "-p", "tcp", "-d", head, "--dport", "6379", "-j", "REJECT")
+
+
+def test_mi300x_serve_flag_change_keeps_the_ray_containers(ctr):
+    """Back to the recipe; then a serve flag changes: the vllm serve unit restarts, the head and worker
+    containers (their spec unchanged) keep running as they were."""
+    _ok(ctr.playbook(MI, playbook=ctr.serve_playbook))
+    before = _running(ctr)
+    extra = ctr.inventory_dir(MI) / "group_vars" / "all" / "zz-change.yml"
+    extra.write_text("llmb_max_num_seqs: 7\n")
+    try:
+        run = ctr.playbook(MI, playbook=ctr.serve_playbook)
+        _ok(run)
+        assert _running(ctr) == before, "a Ray container was replaced for a change of vllm serve's flags only"
+        ps = _in(ctr, "node1", "kimi-K2", "ps", "-eo", "args").stdout
+        assert "--max-num-seqs 7" in ps, ps
+    finally:
+        extra.unlink()
+
+
+# ------------------------------------------------------------------ h200-trtllm: sshd on 2233 in both containers, mpirun -np 16
+TRT = RECIPES["trtllm"]
+
+
+def test_trtllm_converges(ctr):
+    ctr.switch(TRT)
+    run = ctr.playbook(TRT)
+    ctr.timings["trtllm_converge_s"] = round(run.seconds, 1)
+    _ok(run)
+    want = ctr.fixture["images"]["trtllm"]
+    for node, peer in (("node1", "node2"), ("node2", "node1")):
+        c = ctr.containers(node)["llmb-trtllm"]
+        assert c["status"] == "running" and c["image"] == want["id"], (node, c, want)
+        assert "/dev/nvidia7" in _in(ctr, node, "llmb-trtllm", "sh", "-c", "ls /dev/nvidia*").stdout
+        listen = ctr.node(node, "ss", "-Hltnp", "sport = :2233").stdout
+        assert "sshd" in listen, f"{node}: nothing of sshd listens on 2233: {listen!r}"
+        # the mesh key, from this engine container to the other's sshd on 2233
+        who = _in(ctr, node, "llmb-trtllm", "ssh", "-F", "/etc/llmb/ssh-mesh/ssh_config", "-p", "2233",
+                  "-o", "BatchMode=yes", ctr.ip(peer), "hostname", check=False)
+        assert who.returncode == 0 and who.stdout.strip() == peer, (node, peer, who.stdout, who.stderr)
+    # mpirun -np 16 from the launcher container, ranks on both nodes through that sshd
+    ps1 = _in(ctr, "node1", "llmb-trtllm", "ps", "-eo", "args").stdout
+    assert any(ln.startswith("mpirun -np 16") for ln in ps1.splitlines()), ps1
+    for node in ("node1", "node2"):
+        ps = _in(ctr, node, "llmb-trtllm", "ps", "-eo", "args").stdout
+        ranks = [ln for ln in ps.splitlines() if "trtllm-serve serve" in ln and not ln.startswith("mpirun")]
+        assert len(ranks) >= 8, f"{node}: expected 8 ranks in the container, found {len(ranks)}:\n{ps}"
+    assert [m["id"] for m in _api(ctr)["data"]] == ["kimi-k2-sim"]
+
+
+def test_trtllm_rerun_changes_nothing_and_keeps_containers(ctr):
+    before = _running(ctr)
+    run = ctr.playbook(TRT)
+    ctr.timings["trtllm_rerun_s"] = round(run.seconds, 1)
+    _no_change(run)
+    assert _running(ctr) == before, "a container whose spec did not change was replaced"
+
+
+def test_trtllm_check_diff_reports_no_change(ctr):
+    run = ctr.playbook(TRT, "--check", "--diff")
+    ctr.timings["trtllm_check_s"] = round(run.seconds, 1)
+    _no_change(run)
+
+
+def test_trtllm_port_2233_taken_on_a_node(ctr):
+    """Something else listens on 2233 on node2 when its engine container must start: host, container, port."""
+    ctr.node("node2", "docker", "rm", "-f", "llmb-trtllm")
+    ctr.node("node2", "systemd-run", "--unit", "llmb-test-squatter", "python3", "-m", "http.server", "2233")
+    try:
+        run = ctr.playbook(TRT, playbook=ctr.serve_playbook)
+        _fails(run, "node2", "llmb-trtllm", "2233")
+    finally:
+        ctr.node("node2", "systemctl", "stop", "llmb-test-squatter", check=False)
+    _ok(ctr.playbook(TRT, playbook=ctr.serve_playbook))
+    print(f"\ne2e_ctr timings: {ctr.timings}")
