@@ -1,6 +1,6 @@
 """Test helpers for the serve role's unit and environment files (tests/unit and tests/integration).
 
-- sample_services(): every systemd/mpirun service of every sample inventory's launch plan.
+- sample_services(): every systemd/mpirun/exec service of every sample inventory's launch plan.
 - render(svc, etc_dir): (unit, env file) text rendered by the role's real templates and filter
   plugin, the way Ansible's template module renders them (trim_blocks, no trailing newline kept).
 - A reader of systemd's syntax, written from systemd.syntax(7), systemd.service(5) "Command
@@ -20,7 +20,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 TEMPLATES = REPO / "roles" / "serve" / "templates"
 ANSIBLE_MANAGED = "Ansible managed"
-UNIT_KINDS = ("systemd", "mpirun")
+UNIT_KINDS = ("systemd", "mpirun", "exec")  # llmb.serve.UNIT_KINDS
 
 # Values a unit or environment file must carry through unchanged (quoting, specifiers, variables,
 # separators, comment and continuation characters, unicode).

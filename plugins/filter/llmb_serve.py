@@ -15,7 +15,7 @@ if _MODULE_UTILS not in sys.path:
     sys.path.insert(0, _MODULE_UTILS)
 
 from llmb.plugin import reraise  # noqa: E402
-from llmb.serve import environment_file, systemd_exec, systemd_unit  # noqa: E402
+from llmb.serve import environment_file, replaced_containers, systemd_exec, systemd_unit, unit_state  # noqa: E402
 
 try:
     from ansible.errors import AnsibleFilterError
@@ -29,4 +29,6 @@ class FilterModule:
             "llmb_systemd_exec": reraise(systemd_exec, ValueError, AnsibleFilterError),
             "llmb_systemd_unit": reraise(systemd_unit, ValueError, AnsibleFilterError),
             "llmb_environment_file": reraise(environment_file, ValueError, AnsibleFilterError),
+            "llmb_replaced_containers": replaced_containers,
+            "llmb_unit_state": unit_state,
         }

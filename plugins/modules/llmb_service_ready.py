@@ -13,9 +13,15 @@ description:
   - While waiting it watches the unit or container; an exit, a restart by systemd or a container in
     a restart loop fails at once, with the journal or container log tail in the message.
   - With a health spec it also requires C(/v1/models) to list the served model name.
+  - A failure names the host and the service, with C(cause) - exited, restarting, gone, not-ready,
+    not-joined (a rank without its connection to the master; the message says whether the master's
+    port accepts TCP from this node), unhealthy, wrong-model.
 options:
   name: {description: Unit or container name., type: str, required: true}
-  kind: {description: systemd, mpirun or container., type: str, required: true, choices: [systemd, mpirun, container]}
+  kind: {description: "systemd, mpirun, exec (units) or container.", type: str, required: true, choices: [systemd, mpirun, exec, container]}
+  host: {description: Inventory name of the node, for messages., type: str}
+  role: {description: "The service's role in the plan (ray-worker, sshd, ...), for messages.", type: str}
+  exec_in: {description: "For kind exec, the container the unit's process runs in (its loss fails the wait at once).", type: str}
   ready: {description: "Plan readiness spec: {type: tcp|connected|started, host, port, timeout_s}.", type: dict}
   health: {description: "Plan health spec: {url, models_path, expect_model, timeout_s, interval_s}.", type: dict}
   timeout_s: {description: Override of the plan's timeout., type: int}
@@ -37,6 +43,7 @@ EXAMPLES = r"""
 RETURN = r"""
 waited_s: {description: Seconds waited., type: float, returned: always}
 engine_error: {description: "The engine's own error line from the log tail (last exception or usage error), on failure.", type: str, returned: failure}
+cause: {description: "On failure: exited, restarting, gone, not-ready, not-joined, unhealthy, wrong-model.", type: str, returned: failure}
 models: {description: Model ids listed by /v1/models when a health spec was given., type: list, returned: success}
 """
 
@@ -51,6 +58,7 @@ from ansible.module_utils.llmb.serve import (  # noqa: E402
     connected_to,
     container_verdict,
     engine_error_line,
+    not_joined_text,
     parse_systemctl_show,
     unit_verdict,
 )
@@ -93,15 +101,37 @@ class Waiter:
             if rc != 0:
                 return "container does not exist"
             return container_verdict(json.loads(out))
+        if self.kind == "exec":
+            return unit_verdict(self._unit_props(), self.restarts0) or self._exec_container_gone()
         return unit_verdict(self._unit_props(), self.restarts0)
 
-    def fail(self, why, waited):
+    def _exec_container_gone(self):
+        """An exec unit's container: its process cannot outlive it."""
+        box = self.m.params.get("exec_in")
+        if not box:
+            return None
+        rc, out, _ = self.m.run_command(["docker", "container", "inspect", "-f", "{{json .State}}", box])
+        if rc != 0:
+            return f"its container {box} is gone"
+        verdict = container_verdict(json.loads(out))
+        return f"its container {box}: {verdict}" if verdict else None
+
+    def fail(self, why, waited, cause):
         logs = self.logs()
         err = engine_error_line(logs)
-        self.m.fail_json(msg=f"{self.name} ({self.kind}): {why} after {waited:.0f}s."
+        where = f"{self.m.params['host']}: " if self.m.params.get("host") else ""
+        self.m.fail_json(msg=f"{where}{self.name} ({self.kind}): {why} after {waited:.0f}s."
                              + (f" Engine error: {err}" if err else "") + "\n"
                              f"--- last {self.m.params['log_lines']} log lines ---\n{logs}",
-                         waited_s=round(waited, 1), cause=why, engine_error=err)
+                         waited_s=round(waited, 1), cause=cause, why=why, engine_error=err)
+
+
+def _dead_cause(why):
+    if "restart" in why:
+        return "restarting"
+    if "does not exist" in why or "is gone" in why:
+        return "gone"
+    return "exited"
 
 
 def tcp_open(host, port):
@@ -126,7 +156,10 @@ def main():
     module = AnsibleModule(
         argument_spec=dict(
             name=dict(type="str", required=True),
-            kind=dict(type="str", required=True, choices=["systemd", "mpirun", "container"]),
+            kind=dict(type="str", required=True, choices=["systemd", "mpirun", "exec", "container"]),
+            host=dict(type="str"),
+            role=dict(type="str"),
+            exec_in=dict(type="str"),
             ready=dict(type="dict"),
             health=dict(type="dict"),
             timeout_s=dict(type="int"),
@@ -149,7 +182,7 @@ def main():
         waited = time.monotonic() - t0
         why = w.dead()
         if why:
-            w.fail(why, waited)
+            w.fail(why, waited, _dead_cause(why))
         if p["health"]:
             status, _ = http_get(spec["url"])
             last = f"GET {spec['url']} -> {status or 'connection refused'}"
@@ -164,7 +197,8 @@ def main():
                 if not want or want in models:
                     module.exit_json(changed=False, waited_s=round(waited, 1), models=models)
                 w.fail(f"healthy, but GET {spec.get('models_path', '/v1/models')} lists {models} "
-                       f"(HTTP {mstatus}), not the served name {want!r}: clients asking for {want!r} get 404", waited)
+                       f"(HTTP {mstatus}), not the served name {want!r}: clients asking for {want!r} get 404", waited,
+                       "wrong-model")
         elif spec.get("type") == "tcp":
             if tcp_open(spec["host"], spec["port"]):
                 module.exit_json(changed=False, waited_s=round(waited, 1))
@@ -173,14 +207,18 @@ def main():
             ok, held = connected_to("/proc", [w.main_pid()], spec["host"], int(spec["port"]))
             if ok:
                 module.exit_json(changed=False, waited_s=round(waited, 1))
-            last = (f"no established TCP connection to {spec['host']}:{spec['port']} from the service's "
-                    f"processes (they hold: {', '.join(held) or 'none'})")
+            last = not_joined_text(p["role"], spec["host"], int(spec["port"]), None, held)
         else:  # started: up and staying up for a few seconds
             stable_since = stable_since or time.monotonic()
             if time.monotonic() - stable_since >= 3:
                 module.exit_json(changed=False, waited_s=round(waited, 1))
         if waited >= timeout:
-            w.fail(f"not ready within {timeout}s (last probe: {last})", waited)
+            if spec.get("type") == "connected" and not p["health"]:
+                reachable = tcp_open(spec["host"], spec["port"])
+                last = not_joined_text(p["role"], spec["host"], int(spec["port"]), reachable, held)
+                w.fail(f"not ready within {timeout}s: {last}", waited, "not-joined")
+            w.fail(f"not ready within {timeout}s (last probe: {last})", waited,
+                   "unhealthy" if p["health"] else "not-ready")
         time.sleep(min(interval, 1.0 if waited < 10 else interval))
 
 

@@ -2,16 +2,12 @@
 
 - systemd_unit(svc, etc_dir), environment_file(svc): the unit and EnvironmentFile of a plan
   service, every value quoted by .quoting (systemd_exec(argv): an Exec line's value).
-- docker_run_argv(spec): the `docker run` argv for a container service of the launch plan.
-- spec_hash(spec): a stable hash recorded as a container label, so a changed plan recreates
-  only the containers whose spec changed.
+- Containers (`docker run`, the spec-hash label, node checks): llmb.container.
 - Readiness: classify a unit's state and decide whether to keep waiting or fail now.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import re
 
@@ -26,9 +22,6 @@ from .quoting import (
 )
 
 __all__ = ["QuotingError", "systemd_exec"]  # re-exported: the filter and older callers import them from here
-
-SPEC_LABEL = "io.llm-bringup.spec-hash"
-
 
 # --- unit and environment files ------------------------------------------------------------
 # The lines of the files the serve role writes for a systemd/mpirun service, every value quoted by
@@ -63,7 +56,8 @@ def systemd_unit(svc: dict, etc_dir: str) -> str:
     lines = [
         "[Unit]",
         f"Description={unit_value(f'llm-bringup {role} ({name})', f'service {name}: Description (role)')}",
-        "After=network-online.target",
+        # an exec unit runs its process in an engine container: after the engine that runs containers
+        "After=network-online.target docker.service" if svc.get("kind") == "exec" else "After=network-online.target",
         "Wants=network-online.target",
         "StartLimitIntervalSec=0",
         "",
@@ -86,64 +80,6 @@ def environment_file(svc: dict) -> str:
     if not isinstance(env, dict):
         raise QuotingError(f"service {name}: environment: expected a mapping, found {env!r}")
     return "".join(env_assignment(k, env[k], name) + "\n" for k in sorted(env, key=lambda k: (str(k).lower(), str(k))))
-
-
-def spec_hash(spec: dict) -> str:
-    blob = json.dumps(spec, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
-
-
-def docker_run_argv(name: str, image: str, argv: list[str], env: dict, devices: list, mounts: list,
-                    options: dict) -> list[str]:
-    """`docker run -d` argv for one container service. `options` keys follow the plan:
-    network, ipc, pid, shm_size, privileged, cap_add, security_opt, ulimits, entrypoint, restart,
-    workdir, user, extra_args."""
-    o = options or {}
-    spec = {"image": image, "argv": argv, "env": env, "devices": devices, "mounts": mounts, "options": o}
-    out = ["docker", "run", "-d", "--name", name, "--label", f"{SPEC_LABEL}={spec_hash(spec)}",
-           "--restart", str(o.get("restart", "unless-stopped"))]
-    if o.get("network"):
-        out += ["--network", str(o["network"])]
-    if o.get("ipc"):
-        out += ["--ipc", str(o["ipc"])]
-    if o.get("pid"):
-        out += ["--pid", str(o["pid"])]
-    if o.get("shm_size"):
-        out += ["--shm-size", str(o["shm_size"])]
-    if o.get("gpus"):
-        out += ["--gpus", str(o["gpus"])]
-    if o.get("privileged"):
-        out += ["--privileged"]
-    for cap in o.get("cap_add") or []:
-        out += ["--cap-add", str(cap)]
-    for so in o.get("security_opt") or []:
-        out += ["--security-opt", str(so)]
-    for ul in o.get("ulimits") or []:
-        out += ["--ulimit", str(ul)]
-    for grp in o.get("group_add") or []:
-        out += ["--group-add", str(grp)]
-    if o.get("workdir"):
-        out += ["-w", str(o["workdir"])]
-    if o.get("user"):
-        out += ["--user", str(o["user"])]
-    for d in devices or []:
-        out += ["--device", d if isinstance(d, str) else f"{d['host']}:{d.get('container', d['host'])}"]
-    for m in mounts or []:
-        if isinstance(m, str):
-            out += ["-v", m]
-        else:
-            spec_m = f"{m['host']}:{m.get('container', m['host'])}"
-            if m.get("readonly") or m.get("mode") == "ro":
-                spec_m += ":ro"
-            out += ["-v", spec_m]
-    for k in sorted(env or {}):
-        out += ["-e", f"{k}={env[k]}"]
-    out += [str(a) for a in o.get("extra_args") or []]
-    if o.get("entrypoint") is not None:
-        out += ["--entrypoint", str(o["entrypoint"])]
-    out.append(image)
-    out += [str(a) for a in argv or []]
-    return out
 
 
 # --- readiness -------------------------------------------------------------------------------
@@ -267,3 +203,55 @@ def connected_to(proc: str, roots: list[int], host: str, port: int) -> tuple[boo
     peers = {i: p for i, p in established_peers(tables).items() if i in inodes}
     held = sorted({f"{a}:{p}" for a, p in peers.values()})
     return any(a == host and p == int(port) for a, p in peers.values()), held
+
+
+# --------------------------------------------------------------------------- start or restart
+# The serve role starts every unit of a level, restarting those whose definition changed. A unit
+# that runs its process inside engine containers (kind exec: `docker exec <container> vllm serve`;
+# kind mpirun: `docker exec <container> mpirun ...` over the nodes' containers) also restarts when a
+# container it depends on was created, replaced or started in this run (its process lived in the
+# old container, or lost ranks), or when the config files of its container changed (the engine
+# reads them at start).
+
+UNIT_KINDS = ("systemd", "mpirun", "exec")
+CONTAINER_ACTIONS = ("create", "replace", "start")
+
+
+def replaced_containers(results: list, host: str) -> list:
+    """host/name of every container a llmb_container loop (items: service names) created, replaced
+    or started; check mode counts what it would do."""
+    out = []
+    for r in results or []:
+        if r.get("changed") and r.get("action") in CONTAINER_ACTIONS:
+            out.append(f"{host}/{r.get('container_name') or r.get('item')}")
+    return out
+
+
+def unit_state(svc: dict, host: str, changed_units: list, replaced: list) -> str:
+    """systemd state for a unit of the plan: restarted or started."""
+    if svc.get("name") in (changed_units or []):
+        return "restarted"
+    if svc.get("kind") in ("exec", "mpirun") and svc.get("exec_in"):
+        if svc["exec_in"] in (changed_units or []):
+            return "restarted"
+        deps = {*(svc.get("depends_on") or []), f"{host}/{svc['exec_in']}"}
+        if deps & set(replaced or []):
+            return "restarted"
+    return "started"
+
+
+MASTER_OF_ROLE = {"ray-worker": "the Ray head's GCS", "dp-headless": "DP rank 0", "sglang-rank": "SGLang rank 0"}
+
+
+def not_joined_text(role: str | None, host: str, port: int, reachable: bool | None, held: list) -> str:
+    """Why a rank is not ready: no established connection to its master host:port; with `reachable`
+    (a TCP probe from this node) whether the master's port accepts connections at all."""
+    master = MASTER_OF_ROLE.get(role or "", "its master")
+    text = (f"the {role or 'service'} holds no established TCP connection to {master} at {host}:{port} "
+            f"(its processes hold: {', '.join(held) or 'none'})")
+    if reachable is True:
+        text += f"; {host}:{port} accepts TCP from this node, so the service reached it and did not join (see its log)"
+    elif reachable is False:
+        text += (f"; {host}:{port} does not accept TCP from this node (refused, filtered or unreachable): "
+                 f"check that the master is up and that this node reaches {host} (llmb_node_ip, llmb_cluster_iface, firewall)")
+    return text

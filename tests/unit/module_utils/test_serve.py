@@ -9,13 +9,10 @@ from pathlib import Path
 import pytest
 from llmb import procnet
 from llmb.serve import (
-    SPEC_LABEL,
     connected_to,
     container_verdict,
-    docker_run_argv,
     established_peers,
     parse_systemctl_show,
-    spec_hash,
     systemd_exec,
     unit_verdict,
 )
@@ -49,33 +46,7 @@ def test_systemd_exec_requires_absolute_path():
         systemd_exec([])
 
 
-def test_docker_run_argv_maps_plan_options():
-    argv = docker_run_argv(
-        "llmb-vllm", "quay.io/ascend/vllm-ascend:v1-a3", ["vllm", "serve", "/m"],
-        {"HCCL_IF_IP": "10.0.0.1", "A": "1"},
-        ["/dev/davinci0", {"host": "/dev/davinci_manager"}],
-        ["/usr/local/dcmi:/usr/local/dcmi", {"host": "/etc/ascend_install.info", "readonly": True}],
-        {"network": "host", "shm_size": "1g", "ipc": "host", "cap_add": ["IPC_LOCK"], "privileged": True},
-    )
-    s = " ".join(argv)
-    assert argv[:3] == ["docker", "run", "-d"]
-    assert "--network host" in s and "--shm-size 1g" in s and "--ipc host" in s and "--privileged" in s
-    assert "--device /dev/davinci0" in s and "--device /dev/davinci_manager:/dev/davinci_manager" in s
-    assert "-v /etc/ascend_install.info:/etc/ascend_install.info:ro" in s
-    assert "-e A=1" in s and "-e HCCL_IF_IP=10.0.0.1" in s
-    assert "--cap-add IPC_LOCK" in s and "--restart unless-stopped" in s
-    assert argv[-4:] == ["quay.io/ascend/vllm-ascend:v1-a3", "vllm", "serve", "/m"]
-    assert any(a.startswith(SPEC_LABEL + "=") for a in argv)
-
-
-def test_spec_hash_changes_with_spec_only():
-    a = docker_run_argv("n", "img", ["x"], {"A": "1"}, [], [], {})
-    b = docker_run_argv("n", "img", ["x"], {"A": "1"}, [], [], {})
-    c = docker_run_argv("n", "img", ["x"], {"A": "2"}, [], [], {})
-    lab = [x for x in a if x.startswith(SPEC_LABEL)]
-    assert lab == [x for x in b if x.startswith(SPEC_LABEL)]
-    assert lab != [x for x in c if x.startswith(SPEC_LABEL)]
-    assert spec_hash({"a": 1, "b": 2}) == spec_hash({"b": 2, "a": 1})
+# docker run argv and the spec hash: tests/unit/module_utils/test_container.py
 
 
 def test_unit_verdicts():
