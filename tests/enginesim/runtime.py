@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import socketserver
@@ -144,6 +145,15 @@ def local_devices() -> int:
             lines = [ln for ln in out.stdout.splitlines() if ln.strip()]
             if lines:
                 return len(lines)
+    # inside an engine container: the device nodes it was given (--device), as the real runtimes see them
+    for pattern in (r"davinci\d+", r"nvidia\d+"):
+        found = [p for p in Path("/dev").glob("*") if re.fullmatch(pattern, p.name)]
+        if found:
+            return len(found)
+    if Path("/dev/kfd").exists():
+        found = list(Path("/dev/dri").glob("renderD*"))
+        if found:
+            return len(found)
     return 8
 
 

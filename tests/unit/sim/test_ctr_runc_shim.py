@@ -1,0 +1,51 @@
+"""The runc shim of the simulated nodes' dockerd (tests/sim/ctr/llmb-sim-runc): before `create` it keeps
+only the capabilities of the node's bounding set and then runs the real runc with the same arguments."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+SHIM = Path(__file__).resolve().parents[2] / "sim" / "ctr" / "llmb-sim-runc"
+ALL = ["CAP_CHOWN", "CAP_SYS_ADMIN", "CAP_SYS_RESOURCE", "CAP_BPF"]
+
+
+def _bounding() -> set[str]:
+    names = ["CHOWN", "DAC_OVERRIDE", "DAC_READ_SEARCH", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID", "SETPCAP",
+             "LINUX_IMMUTABLE", "NET_BIND_SERVICE", "NET_BROADCAST", "NET_ADMIN", "NET_RAW", "IPC_LOCK", "IPC_OWNER",
+             "SYS_MODULE", "SYS_RAWIO", "SYS_CHROOT", "SYS_PTRACE", "SYS_PACCT", "SYS_ADMIN", "SYS_BOOT", "SYS_NICE",
+             "SYS_RESOURCE", "SYS_TIME", "SYS_TTY_CONFIG", "MKNOD", "LEASE", "AUDIT_WRITE", "AUDIT_CONTROL",
+             "SETFCAP", "MAC_OVERRIDE", "MAC_ADMIN", "SYSLOG", "WAKE_ALARM", "BLOCK_SUSPEND", "AUDIT_READ",
+             "PERFMON", "BPF", "CHECKPOINT_RESTORE"]
+    line = next(ln for ln in Path("/proc/self/status").read_text().splitlines() if ln.startswith("CapBnd:"))
+    mask = int(line.split()[1], 16)
+    return {"CAP_" + n for i, n in enumerate(names) if mask >> i & 1}
+
+
+def _run(tmp_path: Path, *args: str) -> tuple[dict, list[str]]:
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    caps = {k: list(ALL) for k in ("bounding", "effective", "permitted")}
+    (bundle / "config.json").write_text(json.dumps({"ociVersion": "1.0.2", "process": {"capabilities": caps}}))
+    fake = tmp_path / "runc"
+    fake.write_text(f"#!/bin/sh\nprintf '%s\\n' \"$@\" > {tmp_path}/argv\n")
+    fake.chmod(0o755)
+    argv = [a.replace("BUNDLE", str(bundle)) for a in args]
+    subprocess.run(["python3", str(SHIM), *argv], check=True, env=dict(os.environ, LLMB_SIM_RUNC=str(fake)))
+    return json.loads((bundle / "config.json").read_text()), (tmp_path / "argv").read_text().splitlines()
+
+
+def test_create_keeps_only_the_bounding_set_and_passes_argv_through(tmp_path):
+    args = ("--root", "/run/x", "create", "--bundle", "BUNDLE", "--pid-file", "/run/p", "ctr-id")
+    spec, argv = _run(tmp_path, *args)
+    want = [c for c in ALL if c in _bounding()]
+    assert all(v == want for v in spec["process"]["capabilities"].values()), spec
+    assert argv == [a.replace("BUNDLE", str(tmp_path / "bundle")) for a in args]
+
+
+def test_other_commands_leave_the_bundle_alone(tmp_path):
+    spec, argv = _run(tmp_path, "--root", "/run/x", "state", "ctr-id", "BUNDLE")
+    assert all(v == ALL for v in spec["process"]["capabilities"].values())
+    assert argv[2:4] == ["state", "ctr-id"]
