@@ -55,6 +55,16 @@ class ActionModule(ControllerAction, ActionBase):
                 if bad:
                     entry["ok"] = False
             results.append(entry)
+        # Driver and firmware equal on the nodes of one platform (the differences listed per host).
+        firmware = {r["host"]: hostvars[r["host"]][args["result_var"]]["firmware"] for r in results
+                    if isinstance(hostvars.get(r["host"], {}).get(args["result_var"]), dict)
+                    and "firmware" in hostvars[r["host"]][args["result_var"]]}
+        consistency = V.consistency_checks(firmware)
+        for r in results:
+            bad = consistency.get(r["host"]) or []
+            if bad:
+                r["checks"] = r["checks"] + bad
+                r["ok"] = False
         lines = V.report_lines(results)
         ok = all(r["ok"] for r in results)
         summary = {"ok": ok, "hosts": len(results), "failed_hosts": [r["host"] for r in results if not r["ok"]],
