@@ -773,3 +773,193 @@ def node_firmware(facts: dict, platform: str | None = None) -> dict:
     return {"platform": platform, "driver_version": facts.get("driver_version"),
             "vbios": sorted({d["vbios_version"] for d in devs if d.get("vbios_version")}),
             "inforom": sorted({d["inforom_image"] for d in devs if d.get("inforom_image")})}
+
+
+# --------------------------------------------------------------------------- cross-node fabric (tag fabric)
+
+_FABRIC_TYPES = {"allreduce_busbw_gbps": (int, float), "ib_write_bw_gbps": (int, float), "transport": str}
+
+
+def fabric_config(profile: dict) -> dict:
+    """Thresholds of the fabric.* checks: the profile's `fabric:` mapping over defaults derived from
+    its rdma section (ib_write_bw per rail: 85% of rdma.rate_gbps; transport from rdma.link_layer)."""
+    rdma = profile.get("rdma") or {}
+    layer = rdma.get("link_layer")
+    cfg = {"allreduce_busbw_gbps": None,
+           "ib_write_bw_gbps": round(rdma["rate_gbps"] * 0.85, 1) if rdma.get("rate_gbps") else None,
+           "transport": {"InfiniBand": "ib", "Ethernet": "roce"}.get(layer) if layer else None}
+    given = profile.get("fabric") or {}
+    if not isinstance(given, dict):
+        raise ValueError(f"platform profile {profile.get('name')!r}: fabric must be a mapping")
+    for key, value in given.items():
+        want = _FABRIC_TYPES.get(key)
+        if want is None:
+            raise ValueError(f"platform profile {profile.get('name')!r}: fabric.{key} is not known; "
+                             f"known: {', '.join(sorted(_FABRIC_TYPES))}")
+        if value is not None and (not isinstance(value, want) or isinstance(value, bool)):
+            raise ValueError(f"platform profile {profile.get('name')!r}: fabric.{key} has the wrong type: {value!r}")
+        if key == "transport" and value not in (None, "ib", "roce"):
+            raise ValueError(f"platform profile {profile.get('name')!r}: fabric.transport must be ib or roce, "
+                             f"found {value!r}")
+        cfg[key] = value
+    return cfg
+
+
+def _port_down(parsed: dict | None) -> str | None:
+    for e in (parsed or {}).get("errors") or []:
+        if re.search(r"Port number \d+ state is (?!Active)\w+", e["text"]):
+            return e["text"]
+    return None
+
+
+def fabric_checks(profile: dict, nodes: dict, ibbw: dict | None = None, allreduce: dict | None = None) -> dict:
+    """The fabric.* checks of every host, from the probe outputs (llmb_fabric_probe.py).
+
+    nodes: {host: {"hostname": node's own name, "rails": [NIC names], "next": host its clients test}};
+    ibbw: {host: the ibbw JSON of that host}; allreduce: {"host": launcher, "rc", "output"} of the
+    launcher. Returns {host: [checks]}; a rail that is down is reported on the host that owns it.
+    """
+    from .hw._text import ParseError
+    from .hw.fabric import parse_ib_write_bw, parse_nccl_debug
+    from .hw.host import parse_nccl_tests
+
+    cfg = fabric_config(profile)
+    out: dict = {h: [] for h in nodes}
+    thr = cfg["ib_write_bw_gbps"]
+
+    def parse_bw(text):
+        try:
+            return parse_ib_write_bw(text or "")
+        except ParseError as exc:
+            return {"rows": [], "errors": [{"line": None, "text": str(exc)}], "avg_gbps": None}
+
+    down: set = set()
+    for host, res in (ibbw or {}).items():
+        if res.get("missing"):
+            out[host].append(_check("fabric.ib_write_bw", False, "perftest ib_write_bw runs on every rail",
+                                    res["missing"], "install perftest (`apt-get install perftest`) on every node"))
+            continue
+        for srv in res.get("servers") or []:
+            why = _port_down(parse_bw(srv.get("output")))
+            if why:
+                down.add((host, srv["device"]))
+                out[host].append(_check(f"fabric.rail.{srv['device']}", False, f"rail {srv['device']} Active",
+                                        f"down: {why}", f"{host} {srv['device']}: the port is not up; check the "
+                                        "cable / optics and the switch port (`ibstat`, `ibv_devinfo`), for InfiniBand "
+                                        "that a subnet manager runs; NCCL leaves this rail out or hangs at start"))
+    for host, res in (ibbw or {}).items():
+        peer = nodes.get(host, {}).get("next")
+        for cli in res.get("clients") or []:
+            dev = cli["device"]
+            parsed = parse_bw(cli.get("output"))
+            cid = f"fabric.ib_write_bw.{dev}"
+            exp = f">= {thr} Gb/s to {peer} {dev}" if thr else f"runs to {peer} {dev}"
+            why = _port_down(parsed)
+            if why:
+                down.add((host, dev))
+                out[host].append(_check(f"fabric.rail.{dev}", False, f"rail {dev} Active", f"down: {why}",
+                                        f"{host} {dev}: the port is not up; check the cable / optics and the switch "
+                                        "port (`ibstat`), for InfiniBand that a subnet manager runs"))
+                continue
+            if (peer, dev) in down:
+                out[host].append(_skip(cid, exp, f"the peer's rail is down (reported on {peer})"))
+                continue
+            avg = parsed.get("avg_gbps")
+            if avg is None:
+                err = "; ".join(e["text"] for e in parsed.get("errors", [])[:2]) or f"exit status {cli.get('rc')}"
+                out[host].append(_check(cid, False, exp, err, f"RDMA between {host} {dev} and {peer} {dev} does not "
+                                        "work: run the same ib_write_bw pair by hand; check addresses / routes of "
+                                        "the rail, RoCE GID (`show_gids`) and MTU on both ends and the switch"))
+                continue
+            ok = thr is None or avg >= thr
+            out[host].append(_check(cid, ok, exp, f"{avg:.1f} Gb/s (link {parsed.get('link_type')}, "
+                                    f"GID index {parsed.get('gid_index')})",
+                                    f"{host} {dev} <-> {peer} {dev} is slow: check both ports' rate (`ibstat`), "
+                                    "PCIe width of the NIC, errors on the switch port (`perfquery -x`), RoCE PFC/ECN; "
+                                    "the slowest rail bounds every all-reduce"))
+    if allreduce is not None:
+        launcher = allreduce.get("host")
+        text = allreduce.get("output") or ""
+        if allreduce.get("missing"):
+            out.setdefault(launcher, []).append(_check("fabric.allreduce", False, "all_reduce_perf across all nodes",
+                                                       allreduce["missing"], "install nccl-tests (rccl-tests on AMD) "
+                                                       "built with MPI=1 and Open MPI on every node"))
+            return out
+        try:
+            dbg = parse_nccl_debug(text)
+        except ParseError:
+            dbg = None
+        by_name = {n.get("hostname", h).split(".")[0]: h for h, n in nodes.items()}
+        want_t = cfg["transport"]
+        if dbg is not None:
+            for nccl_host, rec in dbg["hosts"].items():
+                host = by_name.get(nccl_host.split(".")[0], nccl_host)
+                out.setdefault(host, [])
+                t = rec["transport"]
+                exp = {"ib": "NET/IB (InfiniBand)", "roce": "NET/IB over RoCE", None: "NET/IB (InfiniBand or RoCE)"}[want_t]
+                ok = t in ((want_t,) if want_t else ("ib", "roce"))
+                devs = ",".join(f"{d['name']}:{d['port']}/{d['link_layer']}" for d in rec["ib_devices"]) or "none"
+                found = f"{t or 'not seen'} (network {rec['network']}; IB devices {devs}"
+                found += "; NET/IB: no device found)" if rec["ib_missing"] else ")"
+                out[host].append(_check("fabric.transport", ok, exp, found,
+                                        f"NCCL on {host} fell back to TCP sockets (decode is many times slower): "
+                                        "check that the RDMA devices are visible (`ibv_devices`), NCCL_IB_DISABLE is "
+                                        "unset, NCCL_IB_HCA names existing ports, nvidia_peermem / the IB verbs "
+                                        "libraries (libibverbs, rdma-core) are installed" if t == "socket" else
+                                        f"NCCL on {host} used {t}; the profile expects {exp}"))
+                rails = nodes.get(host, {}).get("rails")
+                if rails and rec["ib_devices"]:
+                    used = {d["name"] for d in rec["ib_devices"]}
+                    missing = [r for r in rails if r.split(":")[0] not in used]
+                    out[host].append(_check("fabric.nccl_rails", not missing, "NCCL uses every rail: " + ",".join(rails),
+                                            ("missing " + ",".join(missing) + "; uses " + devs) if missing else devs,
+                                            f"NCCL on {host} did not open {','.join(missing)}: the port is down or "
+                                            "excluded by NCCL_IB_HCA; see fabric.rail.* and ibstat"))
+        perf = None
+        try:
+            perf = parse_nccl_tests(text)
+        except ParseError:
+            pass
+        ar = cfg["allreduce_busbw_gbps"]
+        names = ", ".join(sorted(nodes))
+        if perf is None or allreduce.get("rc") not in (0, None):
+            tail = " | ".join(ln.strip() for ln in text.strip().splitlines()[-3:])[:400]
+            out.setdefault(launcher, []).append(_check(
+                "fabric.allreduce", False, f"all_reduce_perf across {names} completes",
+                f"exit status {allreduce.get('rc')}: {tail or 'no output'}",
+                "run the same mpirun by hand from the first node with NCCL_DEBUG=INFO; a hang at start is "
+                "usually one bad rail or a firewall between the nodes (see the port check)"))
+        else:
+            busbw = perf.get("peak_busbw_gbps") or perf.get("avg_busbw_gbps") or 0.0
+            wrong = perf.get("out_of_bounds") or 0
+            ok = (ar is None or busbw >= ar) and not wrong
+            out.setdefault(launcher, []).append(_check(
+                "fabric.allreduce", ok, f"all-reduce across {names}" + (f": >= {ar} GB/s bus bandwidth" if ar else "")
+                + ", 0 wrong values", f"{busbw:.1f} GB/s peak bus bandwidth, {wrong} wrong values",
+                "the cross-node all-reduce is slow or wrong: see fabric.transport / fabric.ib_write_bw.* for the "
+                "slow host and rail"))
+    return out
+
+
+def rail_record(nodes: dict, ibbw: dict | None) -> dict:
+    """Per host, the rails NCCL should use (NCCL_IB_HCA) and the RoCE GID index ib_write_bw reported:
+    {host: {"llmb_rdma_rails": [...], "llmb_rdma_gid_index": N | None}} (rails that are down left out)."""
+    from .hw._text import ParseError
+    from .hw.fabric import parse_ib_write_bw
+
+    rec = {}
+    for host, n in nodes.items():
+        rails = list(n.get("rails") or [])
+        gid = None
+        for side in ((ibbw or {}).get(host) or {}).get("servers") or []:
+            try:
+                p = parse_ib_write_bw(side.get("output") or "")
+            except ParseError:
+                continue
+            if _port_down(p):
+                rails = [r for r in rails if r != side["device"]]
+            elif p.get("link_type") == "Ethernet" and p.get("gid_index") is not None and gid is None:
+                gid = p["gid_index"]
+        if rails:
+            rec[host] = {"llmb_rdma_rails": rails, "llmb_rdma_gid_index": gid}
+    return rec
