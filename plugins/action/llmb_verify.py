@@ -123,6 +123,7 @@ class ActionModule(ControllerAction, ActionBase):
             "counts": summary["counts"],
             "failed_checks": failed,
             "firmware": V.node_firmware(facts, profile["name"]),
+            "rails": sorted({p["name"] for p in V.rail_ports(facts, profile)}),
             "msg": (f"{host}: all {len(checks)} checks of {profile['name']} passed" if not failed else
                     f"{host}: {len(failed)} of {len(checks)} checks of {profile['name']} failed: "
                     + ", ".join(c["id"] for c in failed)),

@@ -877,7 +877,10 @@ def fabric_checks(profile: dict, nodes: dict, ibbw: dict | None = None, allreduc
                                     f"{host} {dev} <-> {peer} {dev} is slow: check both ports' rate (`ibstat`), "
                                     "PCIe width of the NIC, errors on the switch port (`perfquery -x`), RoCE PFC/ECN; "
                                     "the slowest rail bounds every all-reduce"))
-    if allreduce is not None:
+    if allreduce is not None and allreduce.get("skipped"):
+        out.setdefault(allreduce.get("host"), []).append(_skip("fabric.allreduce", "all_reduce_perf across all nodes",
+                                                               allreduce["skipped"]))
+    elif allreduce is not None:
         launcher = allreduce.get("host")
         text = allreduce.get("output") or ""
         if allreduce.get("missing"):
@@ -963,3 +966,17 @@ def rail_record(nodes: dict, ibbw: dict | None) -> dict:
         if rails:
             rec[host] = {"llmb_rdma_rails": rails, "llmb_rdma_gid_index": gid}
     return rec
+
+
+RAILS_FILE = "llmb_rdma.yml"  # <inventory>/host_vars/<host>/llmb_rdma.yml, written by the fabric tag
+
+
+def rails_yaml(host: str, rec: dict) -> str:
+    """The host_vars file verify records the rails in (read back by stage 0: llmb_rdma_rails)."""
+    rails = ", ".join(rec["llmb_rdma_rails"])
+    gid = rec.get("llmb_rdma_gid_index")
+    return (f"# Written by the verify stage (tag fabric) for {host}: the RDMA rails ib_write_bw and NCCL used.\n"
+            "# Stage 0 plans NCCL_IB_HCA from them (NCCL_IB_GID_INDEX on RoCE); commit this file with the\n"
+            "# inventory, edit it to pin other rails, delete it to let verify learn them again.\n"
+            f"llmb_rdma_rails: [{rails}]\n"
+            + (f"llmb_rdma_gid_index: {int(gid)}\n" if gid is not None else ""))
