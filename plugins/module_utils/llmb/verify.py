@@ -28,7 +28,10 @@ def load_profile(name: str, directory: str | None = None, overrides: dict | None
 
     Raises ValueError (llmb.catalog.CatalogError) naming the file and the field when it is invalid.
     """
-    return Catalog(platforms_dir=directory).platform(name, overrides).profile()
+    profile = Catalog(platforms_dir=directory).platform(name, overrides).profile()
+    health_config(profile)  # the health / fabric thresholds are verify's own sections: checked here
+    fabric_config(profile)
+    return profile
 
 
 # --------------------------------------------------------------------------- helpers

@@ -194,9 +194,10 @@ def all_reduce_perf_main(node, argv: list[str], result) -> None:
     out.append(pre + f"ncclCommInitRankConfig comm 0x5600000{rank:04x} rank {rank} nranks {size} cudaDev {local} - Init COMPLETE\n")
     if rank == 0:
         rate = float(node.profile.get("rdma_rate_gbps", RATE_GBPS))
-        nodes = max(1, size // max(1, len(gpus)))
+        per_node = int(os.environ.get("OMPI_COMM_WORLD_LOCAL_SIZE", str(len(gpus))))
+        nodes = max(1, size // max(1, per_node))
         if nodes > 1 and not (fallback or not rails):
-            peak = 0.9 * len(rails) * rate / 8 * min(_rail_state(node, n)[1] for _, n in rails) / rate
+            peak = 0.95 * len(rails) * rate / 8 * min(_rail_state(node, n)[1] for _, n in rails) / rate
         elif nodes > 1:
             peak = 1.1
         else:
