@@ -185,7 +185,7 @@ def fm_processes(proc: str = "/proc") -> str:
 
 
 # The kernel log lines the health checks read (the whole log can be megabytes: filtered on the node).
-KMSG_KEEP = re.compile(r"NVRM|Xid|fallen off the bus|amdgpu.*(error|fault|RAS)|npu|davinci", re.I)
+KMSG_KEEP = re.compile(r"NVRM|Xid|fallen off the bus|amdgpu.*(error|fault|RAS)|\bnpu\b|davinci", re.I)
 
 
 def kernel_log(timeout: float) -> tuple[str, int, str, str]:
@@ -236,8 +236,10 @@ def acs_listing(root: str = "/sys/bus/pci/devices") -> str:
                 config = fh.read(4096)
         except OSError:
             config = b""
-        if len(config) <= 0x100:
-            acs = "unreadable"  # extended config space is readable by root only
+        if len(config) <= 0x40:
+            acs = "unreadable"  # beyond the first 64 bytes, config space is readable by root only
+        elif len(config) <= 0x100:
+            acs = "none"  # no PCIe extended configuration space (a conventional PCI / virtio function)
         else:
             got = acs_from_config(config)
             acs = "none" if got is None else f"cap=0x{got[0]:04x},ctrl=0x{got[1]:04x}"

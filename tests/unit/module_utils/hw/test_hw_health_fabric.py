@@ -189,3 +189,26 @@ def test_ib_write_bw_port_down_and_no_server():
     assert down["errors"][0]["text"] == "Port number 1 state is Down" and down["rows"] == []
     with pytest.raises(ParseError):
         parse_ib_write_bw("hello\n")
+
+
+# --------------------------------------------------------------------------- the probes' own run on the H100
+
+LOCAL = H100 / "verify-local"
+
+
+def test_real_h100_verify_local_run_passes_health_and_refuses_deepep():
+    import json
+
+    from llmb import verify as V
+    from llmb.hw.facts import build_facts, read_bundle
+
+    facts = build_facts(read_bundle(str(LOCAL / "bundle")), "nvidia")
+    assert facts["health"]["modules"] == ["nvidia_uvm", "nvidia"]
+    assert [a["acs"] for a in facts["health"]["acs"]] == ["unreadable", "none"]  # recorded before 256-byte = none
+    assert facts["health"]["kernel_log"]["events"] == []
+    profile = V.load_profile("h100-x1")
+    checks = {c["id"]: c for c in V.verify(facts, profile, deepep=True)}
+    assert all(checks[i]["ok"] for i in ("health.xid.GPU0", "health.ecc.GPU0", "health.throttle.GPU0", "health.pcie.GPU0"))
+    assert checks["deepep.driver_options"]["found"] == "EnableStreamMemOPs 0, PeerMappingOverride unset"
+    recorded = json.loads((LOCAL / "verify-result.json").read_text())
+    assert recorded["failed"] == ["deepep.driver_options"]
