@@ -858,6 +858,8 @@ def fabric_checks(profile: dict, nodes: dict, ibbw: dict | None = None, allreduc
             cid = f"fabric.ib_write_bw.{dev}"
             exp = f">= {thr} Gb/s to {peer} {dev}" if thr else f"runs to {peer} {dev}"
             why = _port_down(parsed)
+            if why and (host, dev) in down:
+                continue  # its server side said so already
             if why:
                 down.add((host, dev))
                 out[host].append(_check(f"fabric.rail.{dev}", False, f"rail {dev} Active", f"down: {why}",
@@ -875,8 +877,8 @@ def fabric_checks(profile: dict, nodes: dict, ibbw: dict | None = None, allreduc
                                         "the rail, RoCE GID (`show_gids`) and MTU on both ends and the switch"))
                 continue
             ok = thr is None or avg >= thr
-            out[host].append(_check(cid, ok, exp, f"{avg:.1f} Gb/s (link {parsed.get('link_type')}, "
-                                    f"GID index {parsed.get('gid_index')})",
+            gid = f", GID index {parsed['gid_index']}" if parsed.get("gid_index") is not None else ""
+            out[host].append(_check(cid, ok, exp, f"{avg:.1f} Gb/s (link {parsed.get('link_type')}{gid})",
                                     f"{host} {dev} <-> {peer} {dev} is slow: check both ports' rate (`ibstat`), "
                                     "PCIe width of the NIC, errors on the switch port (`perfquery -x`), RoCE PFC/ECN; "
                                     "the slowest rail bounds every all-reduce"))

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import zlib
 
 from .faults import active
 
@@ -223,6 +224,33 @@ def all_reduce_perf_main(node, argv: list[str], result) -> None:
             row = f"{s:12d}  {s // 4:12d}     float     sum      -1  {us:7.2f}  {algbw:6.2f}  {busbw:6.2f}       0"
             out.append(row + f"  {us:7.2f}  {algbw:6.2f}  {busbw:6.2f}       0\n")
         out += ["# Out of bounds values : 0 OK\n", f"# Avg bus bandwidth    : {total / max(1, len(sizes)):.3f} \n", "#\n"]
+    result.write("".join(out))
+
+
+# --------------------------------------------------------------------------- ibstat
+
+
+def ibstat_main(node, argv: list[str], result) -> None:
+    """`ibstat`: one CA block per profile NIC (the format of the public ConnectX-7 capture); a rail that
+    is down shows State Down / Physical state Disabled."""
+    link = "Ethernet" if node.profile.get("rdma_link_layer") == "Ethernet" else "InfiniBand"
+    rate = int(node.profile.get("rdma_rate_gbps", RATE_GBPS))
+    nics = _nics(node.profile)
+    if argv:
+        nics = [n for n in nics if n == argv[0]]
+        if not nics:
+            result.fail(255, f"ibpanic: [{os.getpid()}] main: '{argv[0]}' IB device can't be found: No such file or directory")
+            return
+    out = []
+    for i, name in enumerate(nics):
+        down = _rail_state(node, name)[0]
+        guid = f"0x946dae0300{zlib.crc32(f'{node.host}/{name}'.encode()) % 0xFFFFFF:06x}"
+        out += [f"CA '{name}'\n", "\tCA type: MT4129\n", "\tNumber of ports: 1\n", "\tFirmware version: 28.39.1002\n",
+                "\tHardware version: 0\n", f"\tNode GUID: {guid}\n", f"\tSystem image GUID: {guid}\n", "\tPort 1:\n",
+                f"\t\tState: {'Down' if down else 'Active'}\n", f"\t\tPhysical state: {'Disabled' if down else 'LinkUp'}\n",
+                f"\t\tRate: {rate}\n", f"\t\tBase lid: {0 if link == 'Ethernet' else 70 + i}\n", "\t\tLMC: 0\n",
+                f"\t\tSM lid: {0 if link == 'Ethernet' else 334}\n", "\t\tCapability mask: 0xa751e848\n",
+                f"\t\tPort GUID: {guid}\n", f"\t\tLink layer: {link}\n"]
     result.write("".join(out))
 
 

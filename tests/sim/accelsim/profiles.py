@@ -71,7 +71,8 @@ def load(name: str) -> dict:
 
 
 def tools(profile: dict) -> tuple[str, ...]:
-    return VENDOR_TOOLS[profile["vendor"]]
+    """The simulated tools of a profile: its vendor's, plus ibstat where it has RDMA NICs."""
+    return VENDOR_TOOLS[profile["vendor"]] + (("ibstat",) if profile.get("nics") else ())
 
 
 def device_count(profile: dict) -> int:

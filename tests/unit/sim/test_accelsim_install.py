@@ -68,6 +68,7 @@ def test_install_nvswitch_profile(src, root):
         "all_reduce_perf",  # the fabric tools (accelsim/fabric.py)
         "dmesg",
         "ib_write_bw",
+        "ibstat",  # the profile has RDMA NICs
         "lscpu",
         "numactl",
         "nvidia-smi",

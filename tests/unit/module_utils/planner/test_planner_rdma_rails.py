@@ -40,3 +40,17 @@ def test_a_rail_name_with_a_shell_character_is_refused_naming_the_variable():
     with pytest.raises(PlanError) as err:
         _plan({first: ["mlx5_0;reboot"]})
     assert any("llmb_rdma_rails" in p.message for p in err.value.problems)
+
+
+def test_the_file_verify_records_is_read_back_as_the_knobs_the_planner_takes():
+    import yaml
+    from llmb import verify as V
+
+    text = V.rails_yaml("gpu-h800-01", {"llmb_rdma_rails": ["mlx5_0", "mlx5_2"], "llmb_rdma_gid_index": 3})
+    values = yaml.safe_load(text)
+    assert values == {"llmb_rdma_rails": ["mlx5_0", "mlx5_2"], "llmb_rdma_gid_index": 3}
+    hv, groups = load_inventory("h800")
+    first = list(groups["accel_nodes"])[0]
+    hv[first].update(values)
+    planned = plan_inventory(hv, groups, str(REPO / "data"))
+    assert {e["NCCL_IB_HCA"] for e in _env(planned, first)} == {"=mlx5_0,mlx5_2"}
