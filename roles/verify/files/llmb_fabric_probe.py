@@ -2,7 +2,7 @@
 """Cross-node fabric probe (verify stage, tag `fabric`; runs ON a node, python3 >= 3.9, stdlib only).
 
     llmb_fabric_probe.py ibbw --devices mlx5_0,mlx5_1 [--peer ADDR] [--port-base 18515] [--seconds 2]
-                              [--gid-index N] [--timeout 60]
+                              [--gid-index N] [--timeout 60] [--connect-wait 15]
         perftest ib_write_bw on every rail: a server per local device (port-base + rail index) and,
         with --peer, a client per device to the same rail of the peer (its server). Prints one JSON
         object: {"host", "servers": [...], "clients": [...]} with each side's raw output.
@@ -70,12 +70,12 @@ def ibbw(args) -> int:
     def client(item):
         i, dev = item
         argv = [tool, "-d", dev, "-p", str(args.port_base + i)] + common + [args.peer]
-        deadline = time.monotonic() + args.timeout
-        while True:  # the peer's server may start a moment after this node's client
+        wait_until = time.monotonic() + args.connect_wait
+        while True:  # the peer's server may start a moment after this node's client (no longer: its rail is down)
             res = run(argv, args.timeout)
             res["device"] = dev
             res["peer"] = args.peer
-            if res["rc"] == 0 or "Couldn't connect" not in res["output"] or time.monotonic() > deadline - 5:
+            if res["rc"] == 0 or "Couldn't connect" not in res["output"] or time.monotonic() > wait_until:
                 return res
             time.sleep(0.5)
 
@@ -84,9 +84,12 @@ def ibbw(args) -> int:
         with ThreadPoolExecutor(max_workers=max(1, len(devices))) as pool:
             clients = list(pool.map(client, enumerate(devices)))
     out_servers = []
+    # A server waits for its client; one whose client cannot come (that rail is down on the peer) is
+    # stopped once the clients are done and a grace period has passed.
+    grace = time.monotonic() + args.connect_wait + 2 * args.seconds + 5
     for dev, argv, proc in servers:
         try:
-            out, _ = proc.communicate(timeout=args.timeout)
+            out, _ = proc.communicate(timeout=max(1.0, min(args.timeout, grace - time.monotonic())))
         except subprocess.TimeoutExpired:
             proc.kill()
             out, _ = proc.communicate()
@@ -133,6 +136,7 @@ def main(argv: list[str]) -> int:
     b.add_argument("--seconds", type=int, default=2)
     b.add_argument("--gid-index", type=int)
     b.add_argument("--timeout", type=float, default=60)
+    b.add_argument("--connect-wait", type=float, default=15)
     a = sub.add_parser("allreduce")
     a.add_argument("--hosts", required=True)
     a.add_argument("--ssh-config")
