@@ -679,6 +679,8 @@ def health_checks(facts: dict, profile: dict, devs: list[dict] | None = None) ->
     if need_peermem:
         if mods is None:
             add(_skip("health.peermem", "nvidia_peermem loaded", "/proc/modules not read"))
+        elif "nvidia" not in mods:  # not the GPUs' kernel (a container on another host's kernel)
+            add(_skip("health.peermem", "nvidia_peermem loaded", "the nvidia module is not in /proc/modules"))
         else:
             ok = "nvidia_peermem" in mods or "nv_peer_mem" in mods
             add(_check("health.peermem", ok, "nvidia_peermem loaded (GPUDirect RDMA)",

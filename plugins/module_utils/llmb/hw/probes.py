@@ -225,12 +225,22 @@ def acs_from_config(config: bytes) -> tuple[int, int] | None:
 
 
 def acs_listing(root: str = "/sys/bus/pci/devices") -> str:
-    """'<bdf> class=0x... acs=none|unreadable|cap=0x....,ctrl=0x....' for bridges, GPUs and RDMA NICs."""
-    lines = []
+    """'<bdf> class=0x... acs=none|unreadable|cap=0x....,ctrl=0x....' for the GPUs and RDMA NICs and the
+    PCIe bridges above them (the path GPUDirect traffic takes); other bridges do not matter here."""
+    ends, bridges = [], set()
     for d in sorted(glob.glob(os.path.join(root, "*"))):
         cls = _read1(os.path.join(d, "class"))
-        if not cls.startswith(("0x0604", "0x0300", "0x0302", "0x1200", "0x0207", "0x0200")):
-            continue
+        vendor = _read1(os.path.join(d, "vendor"))
+        if cls.startswith(("0x0300", "0x0302", "0x1200", "0x0207")) or (
+                cls.startswith("0x0200") and vendor in ("0x15b3", "0x14e4")):
+            ends.append(d)
+            # /sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0/...: every PCI function on the way up
+            for part in os.path.realpath(d).split(os.sep)[:-1]:
+                if re.fullmatch(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]", part):
+                    bridges.add(os.path.join(root, part))
+    lines = []
+    for d in sorted(set(ends) | {b for b in bridges if os.path.isdir(b)}):
+        cls = _read1(os.path.join(d, "class"))
         try:
             with open(os.path.join(d, "config"), "rb") as fh:
                 config = fh.read(4096)

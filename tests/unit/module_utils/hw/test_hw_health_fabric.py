@@ -212,3 +212,49 @@ def test_real_h100_verify_local_run_passes_health_and_refuses_deepep():
     assert checks["deepep.driver_options"]["found"] == "EnableStreamMemOPs 0, PeerMappingOverride unset"
     recorded = json.loads((LOCAL / "verify-result.json").read_text())
     assert recorded["failed"] == ["deepep.driver_options"]
+
+
+def _fn(path: Path, cls: str, vendor: str, config: bytes) -> None:
+    path.mkdir(parents=True)
+    (path / "class").write_text(cls + "\n")
+    (path / "vendor").write_text(vendor + "\n")
+    (path / "config").write_bytes(config)
+
+
+def test_acs_listing_takes_the_bridges_above_gpus_and_nics_only(tmp_path):
+    from llmb.hw.probes import acs_listing
+
+    acs = bytearray(4096)
+    acs[0x100:0x104] = (0x000D | (1 << 16)).to_bytes(4, "little")
+    acs[0x106:0x108] = (0x000C).to_bytes(2, "little")  # ReqRedir + CmpltRedir
+    devs = tmp_path / "devices" / "pci0000:00"
+    _fn(devs / "0000:00:01.0", "0x060400", "0x8086", bytes(acs))  # root port above the GPU
+    _fn(devs / "0000:00:01.0" / "0000:01:00.0", "0x030200", "0x10de", bytes(4096))  # the GPU
+    _fn(devs / "0000:00:02.0", "0x060400", "0x8086", bytes(acs))  # a bridge with nothing of ours below
+    bus = tmp_path / "bus"
+    bus.mkdir()
+    for bdf, rel in (("0000:00:01.0", "0000:00:01.0"), ("0000:01:00.0", "0000:00:01.0/0000:01:00.0"),
+                     ("0000:00:02.0", "0000:00:02.0")):
+        (bus / bdf).symlink_to(devs / rel)
+    listing = acs_listing(str(bus))
+    assert listing == ("0000:00:01.0 class=0x060400 acs=cap=0x0000,ctrl=0x000c\n"
+                       "0000:01:00.0 class=0x030200 acs=none\n")
+    from llmb import verify as V
+
+    facts = {"devices": [], "health": {"acs": parse_pci_acs(listing)["devices"]}}
+    bad = [c for c in V.health_checks(facts, V.load_profile("h800-hgx8")) if not c["ok"]]
+    assert [(c["id"], c["found"]) for c in bad] == [("health.acs", "0000:00:01.0")]
+
+
+def test_peermem_judged_only_on_the_gpus_kernel():
+    from llmb import verify as V
+
+    profile = V.load_profile("h800-hgx8")
+
+    def peermem(mods):
+        return next(c for c in V.health_checks({"devices": [], "health": {"modules": mods}}, profile)
+                    if c["id"] == "health.peermem")
+
+    assert not peermem(["nvidia", "nvidia_uvm"])["ok"]
+    assert peermem(["nvidia", "nvidia_peermem"])["ok"] and not peermem(["nvidia", "nvidia_peermem"]).get("skipped")
+    assert peermem(["overlay", "br_netfilter"]).get("skipped")  # a container on a kernel without the GPUs
