@@ -85,7 +85,9 @@ class ActionModule(ControllerAction, ActionBase):
         else:
             raw = probe
             facts = build_facts(probe["probes"], probe.get("vendor"))
-            checks = V.verify(facts, profile, args["waive"], engine=_engine_release(task_vars)) if profile else []
+            plan = ((task_vars.get("llmb_deployment") or {}).get("host") or {}).get("plan")
+            checks = V.verify(facts, profile, args["waive"], engine=_engine_release(task_vars),
+                              deepep=V.uses_deepep(plan)) if profile else []
 
         out: dict = {"changed": False}
         if args["bundle_dir"] and raw["probes"]:
@@ -120,6 +122,8 @@ class ActionModule(ControllerAction, ActionBase):
             "result_file": path,
             "counts": summary["counts"],
             "failed_checks": failed,
+            "firmware": V.node_firmware(facts, profile["name"]),
+            "rails": sorted({p["name"] for p in V.rail_ports(facts, profile)}),
             "msg": (f"{host}: all {len(checks)} checks of {profile['name']} passed" if not failed else
                     f"{host}: {len(failed)} of {len(checks)} checks of {profile['name']} failed: "
                     + ", ".join(c["id"] for c in failed)),

@@ -23,6 +23,7 @@ ARG_SPEC = {
     "artifacts_dir": {"type": "path", "required": True},
     "result_var": {"type": "str", "default": "__verify_result"},
     "bandwidth_var": {"type": "str", "default": "__verify_bandwidth"},
+    "fabric_var": {"type": "str", "default": "__verify_fabric"},
     "fail": {"type": "bool", "default": True},
 }
 
@@ -55,6 +56,25 @@ class ActionModule(ControllerAction, ActionBase):
                 if bad:
                     entry["ok"] = False
             results.append(entry)
+        # Driver and firmware equal on the nodes of one platform (the differences listed per host).
+        firmware = {r["host"]: hostvars[r["host"]][args["result_var"]]["firmware"] for r in results
+                    if isinstance(hostvars.get(r["host"], {}).get(args["result_var"]), dict)
+                    and "firmware" in hostvars[r["host"]][args["result_var"]]}
+        consistency = V.consistency_checks(firmware)
+        fabric = next((hostvars[h].get(args["fabric_var"]) for h in hosts if isinstance(
+            hostvars.get(h, {}).get(args["fabric_var"]), dict) and "failed_checks" in hostvars[h][args["fabric_var"]]), None)
+        if fabric:  # tag fabric: the cross-node checks, each on the host it names
+            for r in results:
+                bad = fabric["failed_checks"].get(r["host"]) or []
+                if bad:
+                    r["checks"] = r["checks"] + bad
+                    r["ok"] = False
+                r["fabric_file"] = fabric.get("result_file")
+        for r in results:
+            bad = consistency.get(r["host"]) or []
+            if bad:
+                r["checks"] = r["checks"] + bad
+                r["ok"] = False
         lines = V.report_lines(results)
         ok = all(r["ok"] for r in results)
         summary = {"ok": ok, "hosts": len(results), "failed_hosts": [r["host"] for r in results if not r["ok"]],

@@ -28,7 +28,10 @@ def load_profile(name: str, directory: str | None = None, overrides: dict | None
 
     Raises ValueError (llmb.catalog.CatalogError) naming the file and the field when it is invalid.
     """
-    return Catalog(platforms_dir=directory).platform(name, overrides).profile()
+    profile = Catalog(platforms_dir=directory).platform(name, overrides).profile()
+    health_config(profile)  # the health / fabric thresholds are verify's own sections: checked here
+    fabric_config(profile)
+    return profile
 
 
 # --------------------------------------------------------------------------- helpers
@@ -90,9 +93,11 @@ def _tool_errors(facts, kind):
 # --------------------------------------------------------------------------- checks
 
 
-def verify(facts: dict, profile: dict, waive: list[str] | tuple = (), engine: dict | None = None) -> list[dict]:
+def verify(facts: dict, profile: dict, waive: list[str] | tuple = (), engine: dict | None = None,
+           deepep: bool = False) -> list[dict]:
     """Every check of one node. ``engine``: {"release": "vllm 0.23.0", "requirements": {...}} of the
-    chosen engine release (its generated set's requirements) adds engine.driver."""
+    chosen engine release (its generated set's requirements) adds engine.driver; ``deepep``: the
+    host's plan runs DeepEP (uses_deepep) adds deepep.driver_options."""
     vendor = profile["vendor"]
     tools = TOOLS[vendor]
     checks: list[dict] = []
@@ -158,6 +163,9 @@ def verify(facts: dict, profile: dict, waive: list[str] | tuple = (), engine: di
     _numa(checks, facts, profile, devs)
     if vendor == "nvidia":
         _nvidia_specific(checks, facts, profile, devs)
+        checks.extend(health_checks(facts, profile, devs))
+        if deepep:
+            checks.extend(deepep_checks(facts))
     if vendor == "ascend":
         _hccn(checks, facts, profile, devs)
     _numa_balancing(checks, facts, profile)
@@ -399,6 +407,16 @@ def _numa_balancing(checks, facts, profile):
                          f"`sysctl -w kernel.numa_balancing={want}` and persist it in /etc/sysctl.d/"))
 
 
+def rail_ports(facts: dict, profile: dict) -> list[dict]:
+    """The RDMA ports that serve as rails: of the profile's link layer and, where the topology lists
+    NICs, on a GPU's PCIe switch (PIX/PXB); with no topology NIC list, every port of that layer."""
+    ports = facts.get("rdma_ports") or []
+    layer = (profile.get("rdma") or {}).get("link_layer")
+    counted = [p for p in ports if layer is None or p.get("link_layer") == layer]
+    rails = {n["name"] for n in facts.get("nics") or [] if any(v in ("PIX", "PXB") for v in n["nearest"].values())}
+    return [p for p in counted if p["name"] in rails] if rails else counted
+
+
 def _rdma(checks, facts, profile, devs):
     cfg = profile.get("rdma") or {}
     want = cfg.get("nics") or 0
@@ -410,10 +428,7 @@ def _rdma(checks, facts, profile, devs):
     rate = cfg.get("rate_gbps")
     if ports is not None:
         counted = [p for p in ports if layer is None or p.get("link_layer") == layer]
-        # Ports that serve as GPU rails (PIX/PXB to a device) are the ones that must be up; with no
-        # topology NIC list, every port of the expected link layer.
-        rails = {n["name"] for n in topo_nics if any(v in ("PIX", "PXB") for v in n["nearest"].values())}
-        cands = [p for p in counted if p["name"] in rails] if rails else counted
+        cands = rail_ports(facts, profile)
         found_n = len(counted)
         src = "ibstat"
     else:
@@ -510,3 +525,456 @@ def bandwidth_checks(parsed: dict | None, profile: dict, error: str | None = Non
         checks.append(_check("bandwidth.correctness", False, "0 wrong values", f"{parsed['out_of_bounds']} wrong values",
                              "all-reduce returned wrong data: a GPU or link corrupts data; run dcgmi diag -r 3"))
     return checks or [_skip("bandwidth", "measurements", "the probe printed nothing to compare")]
+
+
+# --------------------------------------------------------------------------- device health
+
+# Thresholds of the health.* checks; a profile's `health:` mapping overrides them key by key.
+HEALTH_DEFAULTS: dict = {
+    "xid_ignore": [],  # Xid codes that do not fail the check (an application's fault, e.g. 13, 31, 43)
+    "ecc_uncorrectable_max": 0,  # volatile (since driver load) uncorrectable ECC errors per GPU
+    "ecc_aggregate_max": None,  # lifetime uncorrectable ECC errors per GPU (None: not checked)
+    # clock event reasons that are not a fault (idle, a clock setting, the power cap under load)
+    "throttle_ok": ["gpu_idle", "applications_clocks_setting", "sw_power_cap", "sync_boost",
+                    "display_clocks_setting"],
+    "pcie_gen_check": True,  # current PCIe generation vs max (only on a busy GPU: idle GPUs downshift)
+    "nvlink_crc_max": 0,
+    "nvlink_replay_max": 100,
+    "nvlink_recovery_max": 0,
+    "peermem_required": None,  # None: required where the profile has RDMA NICs
+    "acs_redirect_allowed": False,  # ACS P2P request / completion redirect on a PCIe bridge
+}
+_HEALTH_TYPES = {"xid_ignore": list, "ecc_uncorrectable_max": int, "ecc_aggregate_max": int, "throttle_ok": list,
+                 "pcie_gen_check": bool, "nvlink_crc_max": int, "nvlink_replay_max": int, "nvlink_recovery_max": int,
+                 "peermem_required": bool, "acs_redirect_allowed": bool}
+
+
+def health_config(profile: dict) -> dict:
+    """The profile's health thresholds over HEALTH_DEFAULTS; ValueError names a wrong field."""
+    given = profile.get("health") or {}
+    if not isinstance(given, dict):
+        raise ValueError(f"platform profile {profile.get('name')!r}: health must be a mapping")
+    cfg = dict(HEALTH_DEFAULTS)
+    for key, value in given.items():
+        want = _HEALTH_TYPES.get(key)
+        if want is None:
+            raise ValueError(f"platform profile {profile.get('name')!r}: health.{key} is not known; "
+                             f"known: {', '.join(sorted(_HEALTH_TYPES))}")
+        if value is not None and (not isinstance(value, want) or (want is int and isinstance(value, bool))):
+            raise ValueError(f"platform profile {profile.get('name')!r}: health.{key} must be "
+                             f"{want.__name__}, found {value!r}")
+        cfg[key] = value
+    return cfg
+
+
+def health_checks(facts: dict, profile: dict, devs: list[dict] | None = None) -> list[dict]:
+    """health.* checks of one NVIDIA node: Xid events since boot, uncorrectable ECC, clock-throttle
+    reasons, PCIe link vs its maximum, NVLink error counters, nvidia_peermem, PCIe ACS."""
+    if profile.get("vendor") != "nvidia":
+        return []
+    cfg = health_config(profile)
+    devs = devs if devs is not None else (facts.get("devices") or [])
+    health = facts.get("health") or {}
+    checks: list[dict] = []
+    add = checks.append
+    by_bus = {}
+    from .hw.health import XID_SEVERE, bus_prefix
+
+    for d in devs:
+        if d.get("bus_id"):
+            by_bus[bus_prefix(d["bus_id"])] = d["name"]
+    klog = health.get("kernel_log")
+    if klog is None:
+        add(_skip("health.xid", "no Xid event since boot", "kernel log not readable (dmesg needs root or "
+                  "kernel.dmesg_restrict=0; journalctl -k needs the systemd-journal group)"))
+    else:
+        bad: dict = {}
+        for ev in klog["events"]:
+            if ev["xid"] in cfg["xid_ignore"]:
+                continue
+            name = by_bus.get(ev["bus"], f"PCI {ev['bus']}")
+            bad.setdefault(name, []).append(ev)
+        for d in devs:
+            evs = bad.pop(d["name"], [])
+            found = "none" if not evs else "; ".join(
+                f"Xid {e['xid']}" + (f" ({XID_SEVERE[e['xid']]})" if e["xid"] in XID_SEVERE else "")
+                + (f" at {e['time']}" if e.get("time") else "") for e in evs[:5]) + (
+                f" (and {len(evs) - 5} more)" if len(evs) > 5 else "")
+            add(_check(f"health.xid.{d['name']}", not evs, f"no Xid event since boot on {d['name']} ({d.get('bus_id')})",
+                       found, f"{d['name']} logged Xid errors (`dmesg | grep -i xid`): look the code up in NVIDIA's "
+                       "Xid catalogue; 48/63/64/94/95 are memory (reset the GPU, RMA if they repeat), 74 NVLink, 79 the "
+                       "GPU fell off the bus (reseat / power-cycle); add codes that are an application's fault to "
+                       "health.xid_ignore"))
+        for name, evs in bad.items():  # an Xid on a device the tools no longer list
+            add(_check(f"health.xid.{name.replace(' ', '_')}", False, "no Xid event since boot",
+                       "; ".join(f"Xid {e['xid']}: {e['message'][:80]}" for e in evs[:3]),
+                       "a GPU that logged Xid errors is not listed by nvidia-smi any more: it fell off the bus; "
+                       "power-cycle the node, RMA if it stays missing"))
+    for d in devs:
+        vol, agg = d.get("ecc_uncorrectable_volatile"), d.get("ecc_uncorrectable_aggregate")
+        if vol is not None or agg is not None:
+            over = []
+            if vol is not None and vol > cfg["ecc_uncorrectable_max"]:
+                over.append(f"{vol} volatile")
+            if agg is not None and cfg["ecc_aggregate_max"] is not None and agg > cfg["ecc_aggregate_max"]:
+                over.append(f"{agg} aggregate")
+            add(_check(f"health.ecc.{d['name']}", not over,
+                       f"<= {cfg['ecc_uncorrectable_max']} uncorrectable ECC errors (volatile)"
+                       + (f", <= {cfg['ecc_aggregate_max']} aggregate" if cfg["ecc_aggregate_max"] is not None else ""),
+                       ", ".join(over) if over else f"{vol if vol is not None else 'N/A'} volatile, "
+                       f"{agg if agg is not None else 'N/A'} aggregate",
+                       f"{d['name']} has uncorrectable memory errors: `nvidia-smi -q -d ECC,ROW_REMAPPER -i "
+                       f"{d['index']}`; drain it, reset the GPU (row remapping applies on reset), RMA if they return"))
+        reasons = d.get("clocks_event_reasons_active")
+        if reasons is not None:
+            bad_r = [r for r in reasons if r not in cfg["throttle_ok"]]
+            add(_check(f"health.throttle.{d['name']}", not bad_r, "no clock slowdown reason other than "
+                       + ", ".join(cfg["throttle_ok"]), ", ".join(bad_r) if bad_r else (", ".join(reasons) or "none"),
+                       f"{d['name']} is slowed down ({', '.join(bad_r)}): hw/sw thermal -> check airflow, fans and inlet "
+                       "temperature (`nvidia-smi -q -d TEMPERATURE,PERFORMANCE`); hw power brake -> the PSU / power "
+                       "shelf signalled a brake; a slow GPU drags every collective of the instance"))
+        wc, wm = d.get("pcie_width_current"), d.get("pcie_width_max")
+        gc, gm = d.get("pcie_gen_current"), d.get("pcie_gen_max")
+        if wc is not None and wm is not None:
+            idle = "gpu_idle" in (reasons or [])
+            gen_bad = cfg["pcie_gen_check"] and not idle and gc is not None and gm is not None and gc < gm
+            ok = wc >= wm and not gen_bad
+            add(_check(f"health.pcie.{d['name']}", ok, f"PCIe x{wm}" + (f" Gen{gm}" if gm else "")
+                       + (" (generation not compared: the GPU is idle and may downshift)" if idle else ""),
+                       f"x{wc} Gen{gc}", f"{d['name']}'s PCIe link trained below its maximum: reseat the GPU / "
+                       "riser, check `lspci -vvv -s <bus>` LnkSta vs LnkCap and the slot's BIOS setting"))
+    nvl = health.get("nvlink_errors")
+    if nvl is not None:
+        limits = (("crc", cfg["nvlink_crc_max"]), ("replay", cfg["nvlink_replay_max"]),
+                  ("recovery", cfg["nvlink_recovery_max"]))
+        for d in devs:
+            links = nvl.get(d["name"])
+            if links is None:
+                continue
+            over = []
+            for lk in links:
+                for key, val in lk.items():
+                    if key == "link" or not isinstance(val, int):
+                        continue
+                    for word, limit in limits:
+                        if word in key and val > limit:
+                            over.append(f"link {lk['link']} {key} {val}")
+            add(_check(f"health.nvlink_errors.{d['name']}", not over,
+                       f"NVLink CRC <= {cfg['nvlink_crc_max']}, replay <= {cfg['nvlink_replay_max']}, "
+                       f"recovery <= {cfg['nvlink_recovery_max']} per link", "; ".join(over[:6]) if over else "within limits",
+                       f"`nvidia-smi nvlink -e -i {d['index']}`: rising CRC / replay counters mean a bad NVLink lane; "
+                       "reset the counters (`nvidia-smi nvlink -r`), re-test under load, RMA the baseboard if they rise"))
+    rdma = (profile.get("rdma") or {}).get("nics") or 0
+    need_peermem = cfg["peermem_required"] if cfg["peermem_required"] is not None else rdma > 0
+    mods = health.get("modules")
+    if need_peermem:
+        if mods is None:
+            add(_skip("health.peermem", "nvidia_peermem loaded", "/proc/modules not read"))
+        elif "nvidia" not in mods:  # not the GPUs' kernel (a container on another host's kernel)
+            add(_skip("health.peermem", "nvidia_peermem loaded", "the nvidia module is not in /proc/modules"))
+        else:
+            ok = "nvidia_peermem" in mods or "nv_peer_mem" in mods
+            add(_check("health.peermem", ok, "nvidia_peermem loaded (GPUDirect RDMA)",
+                       "loaded" if ok else "not loaded", "GPUDirect RDMA needs the nvidia_peermem module (or DMA-BUF "
+                       "with an open kernel module): `modprobe nvidia_peermem` and add it to /etc/modules-load.d/"))
+    acs = health.get("acs")
+    if acs is not None and not cfg["acs_redirect_allowed"]:
+        readable = [a for a in acs if a["acs"] != "unreadable"]
+        redirect = [a["bdf"] for a in readable if a["bridge"] and
+                    ({"ReqRedir", "CmpltRedir"} & set(a["enabled"]))]
+        if not readable and any(a["bridge"] for a in acs):
+            add(_skip("health.acs", "ACS redirect off on every PCIe bridge", "config space not readable (needs root)"))
+        elif any(a["bridge"] for a in acs):
+            add(_check("health.acs", not redirect, "ACS P2P redirect off on every PCIe bridge",
+                       ", ".join(redirect[:8]) + (f" (and {len(redirect) - 8} more)" if len(redirect) > 8 else "")
+                       if redirect else "off", "ACS redirects GPU<->NIC / GPU<->GPU PCIe traffic through the root "
+                       "complex (GPUDirect slows down or fails): disable ACS in the BIOS, or at boot "
+                       "`setpci -s <bdf> ECAP_ACS+0x6.w=0000` for each bridge listed"))
+    return checks
+
+
+def uses_deepep(plan: dict | None) -> bool:
+    """Whether a host's launch plan runs DeepEP kernels (all2all / MoE A2A backend or env)."""
+    if not plan:
+        return False
+    for svc in plan.get("services") or []:
+        words = [str(a) for a in svc.get("argv") or []] + [f"{k}={v}" for k, v in (svc.get("env") or {}).items()]
+        if any("deepep" in w.lower() for w in words):
+            return True
+    return False
+
+
+def deepep_checks(facts: dict) -> list[dict]:
+    """NVSHMEM with IBGDA (DeepEP internode kernels) needs the driver's stream memory operations and
+    peer mapping override: `options nvidia NVreg_EnableStreamMemOPs=1 NVreg_RegistryDwords="PeerMappingOverride=1;"`."""
+    params = (facts.get("health") or {}).get("nvidia_params")
+    want = "EnableStreamMemOPs 1 and RegistryDwords PeerMappingOverride=1 (NVSHMEM IBGDA)"
+    if params is None:
+        return [_check("deepep.driver_options", False, want, "/proc/driver/nvidia/params not readable",
+                       "load the nvidia module; DeepEP's internode kernels cannot run without it")]
+    memops = params["params"].get("EnableStreamMemOPs")
+    override = params["registry_dwords"].get("PeerMappingOverride")
+    ok = memops == 1 and override == "1"
+    return [_check("deepep.driver_options", ok, want,
+                   f"EnableStreamMemOPs {memops}, PeerMappingOverride {override or 'unset'}",
+                   "the plan uses DeepEP: add `options nvidia NVreg_EnableStreamMemOPs=1 "
+                   "NVreg_RegistryDwords=\"PeerMappingOverride=1;\"` to /etc/modprobe.d/nvidia.conf, "
+                   "`update-initramfs -u`, reboot (or reload the nvidia modules)")]
+
+
+def consistency_checks(nodes: dict) -> dict:
+    """Driver and firmware equal on every node of one platform.
+
+    nodes: {host: {"platform", "driver_version", "vbios": [...], "inforom": [...]}} -> {host: [checks]}:
+    the value most nodes have is expected; a host with another one fails, naming which nodes have what.
+    """
+    out: dict = {h: [] for h in nodes}
+    groups: dict = {}
+    for host, n in nodes.items():
+        groups.setdefault(n.get("platform"), []).append(host)
+    for members in groups.values():
+        if len(members) < 2:
+            continue
+        for key, what, hint in (
+                ("driver_version", "driver", "install the same driver on every node (NCCL and the engine expect one "
+                 "version across the instance)"),
+                ("vbios", "VBIOS", "flash the same VBIOS / firmware bundle on every node (nvfwupd / the vendor's "
+                 "firmware package)"),
+                ("inforom", "InfoROM image", "update the GPU firmware so every node has the same InfoROM")):
+            values = {}
+            for h in members:
+                v = nodes[h].get(key)
+                v = ", ".join(v) if isinstance(v, list) else v
+                if v:
+                    values[h] = v
+            if len(set(values.values())) <= 1:
+                continue
+            count: dict = {}
+            for h, v in sorted(values.items()):
+                count.setdefault(v, []).append(h)
+            ranked = sorted(count.items(), key=lambda kv: (-len(kv[1]), kv[0]))
+            listing = "; ".join(f"{v} on {', '.join(hs)}" for v, hs in ranked)
+            majority = ranked[0][0] if len(ranked[0][1]) > len(ranked[1][1]) else None
+            for h, v in values.items():
+                if v == majority:
+                    continue
+                out[h].append(_check(f"consistency.{key}", False,
+                                     f"{what} {majority} as on {', '.join(count[majority])}" if majority
+                                     else f"one {what} on every node", f"{v} (nodes: {listing})", hint))
+    return out
+
+
+def node_firmware(facts: dict, platform: str | None = None) -> dict:
+    devs = facts.get("devices") or []
+    return {"platform": platform, "driver_version": facts.get("driver_version"),
+            "vbios": sorted({d["vbios_version"] for d in devs if d.get("vbios_version")}),
+            "inforom": sorted({d["inforom_image"] for d in devs if d.get("inforom_image")})}
+
+
+# --------------------------------------------------------------------------- cross-node fabric (tag fabric)
+
+_FABRIC_TYPES = {"allreduce_busbw_gbps": (int, float), "ib_write_bw_gbps": (int, float), "transport": str}
+
+
+def fabric_config(profile: dict) -> dict:
+    """Thresholds of the fabric.* checks: the profile's `fabric:` mapping over defaults derived from
+    its rdma section (ib_write_bw per rail: 85% of rdma.rate_gbps; transport from rdma.link_layer)."""
+    rdma = profile.get("rdma") or {}
+    layer = rdma.get("link_layer")
+    cfg = {"allreduce_busbw_gbps": None,
+           "ib_write_bw_gbps": round(rdma["rate_gbps"] * 0.85, 1) if rdma.get("rate_gbps") else None,
+           "transport": {"InfiniBand": "ib", "Ethernet": "roce"}.get(layer) if layer else None}
+    given = profile.get("fabric") or {}
+    if not isinstance(given, dict):
+        raise ValueError(f"platform profile {profile.get('name')!r}: fabric must be a mapping")
+    for key, value in given.items():
+        want = _FABRIC_TYPES.get(key)
+        if want is None:
+            raise ValueError(f"platform profile {profile.get('name')!r}: fabric.{key} is not known; "
+                             f"known: {', '.join(sorted(_FABRIC_TYPES))}")
+        if value is not None and (not isinstance(value, want) or isinstance(value, bool)):
+            raise ValueError(f"platform profile {profile.get('name')!r}: fabric.{key} has the wrong type: {value!r}")
+        if key == "transport" and value not in (None, "ib", "roce"):
+            raise ValueError(f"platform profile {profile.get('name')!r}: fabric.transport must be ib or roce, "
+                             f"found {value!r}")
+        cfg[key] = value
+    return cfg
+
+
+def _port_down(parsed: dict | None) -> str | None:
+    for e in (parsed or {}).get("errors") or []:
+        if re.search(r"Port number \d+ state is (?!Active)\w+", e["text"]):
+            return e["text"]
+    return None
+
+
+def fabric_checks(profile: dict, nodes: dict, ibbw: dict | None = None, allreduce: dict | None = None) -> dict:
+    """The fabric.* checks of every host, from the probe outputs (llmb_fabric_probe.py).
+
+    nodes: {host: {"hostname": node's own name, "rails": [NIC names], "next": host its clients test}};
+    ibbw: {host: the ibbw JSON of that host}; allreduce: {"host": launcher, "rc", "output"} of the
+    launcher. Returns {host: [checks]}; a rail that is down is reported on the host that owns it.
+    """
+    from .hw._text import ParseError
+    from .hw.fabric import parse_ib_write_bw, parse_nccl_debug
+    from .hw.host import parse_nccl_tests
+
+    cfg = fabric_config(profile)
+    out: dict = {h: [] for h in nodes}
+    thr = cfg["ib_write_bw_gbps"]
+
+    def parse_bw(text):
+        try:
+            return parse_ib_write_bw(text or "")
+        except ParseError as exc:
+            return {"rows": [], "errors": [{"line": None, "text": str(exc)}], "avg_gbps": None}
+
+    down: set = set()
+    for host, res in (ibbw or {}).items():
+        if res.get("missing"):
+            out[host].append(_check("fabric.ib_write_bw", False, "perftest ib_write_bw runs on every rail",
+                                    res["missing"], "install perftest (`apt-get install perftest`) on every node"))
+            continue
+        for srv in res.get("servers") or []:
+            why = _port_down(parse_bw(srv.get("output")))
+            if why:
+                down.add((host, srv["device"]))
+                out[host].append(_check(f"fabric.rail.{srv['device']}", False, f"rail {srv['device']} Active",
+                                        f"down: {why}", f"{host} {srv['device']}: the port is not up; check the "
+                                        "cable / optics and the switch port (`ibstat`, `ibv_devinfo`), for InfiniBand "
+                                        "that a subnet manager runs; NCCL leaves this rail out or hangs at start"))
+    for host, res in (ibbw or {}).items():
+        peer = nodes.get(host, {}).get("next")
+        for cli in res.get("clients") or []:
+            dev = cli["device"]
+            parsed = parse_bw(cli.get("output"))
+            cid = f"fabric.ib_write_bw.{dev}"
+            exp = f">= {thr} Gb/s to {peer} {dev}" if thr else f"runs to {peer} {dev}"
+            why = _port_down(parsed)
+            if why and (host, dev) in down:
+                continue  # its server side said so already
+            if why:
+                down.add((host, dev))
+                out[host].append(_check(f"fabric.rail.{dev}", False, f"rail {dev} Active", f"down: {why}",
+                                        f"{host} {dev}: the port is not up; check the cable / optics and the switch "
+                                        "port (`ibstat`), for InfiniBand that a subnet manager runs"))
+                continue
+            if (peer, dev) in down:
+                out[host].append(_skip(cid, exp, f"the peer's rail is down (reported on {peer})"))
+                continue
+            avg = parsed.get("avg_gbps")
+            if avg is None:
+                err = "; ".join(e["text"] for e in parsed.get("errors", [])[:2]) or f"exit status {cli.get('rc')}"
+                out[host].append(_check(cid, False, exp, err, f"RDMA between {host} {dev} and {peer} {dev} does not "
+                                        "work: run the same ib_write_bw pair by hand; check addresses / routes of "
+                                        "the rail, RoCE GID (`show_gids`) and MTU on both ends and the switch"))
+                continue
+            ok = thr is None or avg >= thr
+            gid = f", GID index {parsed['gid_index']}" if parsed.get("gid_index") is not None else ""
+            out[host].append(_check(cid, ok, exp, f"{avg:.1f} Gb/s (link {parsed.get('link_type')}{gid})",
+                                    f"{host} {dev} <-> {peer} {dev} is slow: check both ports' rate (`ibstat`), "
+                                    "PCIe width of the NIC, errors on the switch port (`perfquery -x`), RoCE PFC/ECN; "
+                                    "the slowest rail bounds every all-reduce"))
+    if allreduce is not None and allreduce.get("skipped"):
+        out.setdefault(allreduce.get("host"), []).append(_skip("fabric.allreduce", "all_reduce_perf across all nodes",
+                                                               allreduce["skipped"]))
+    elif allreduce is not None:
+        launcher = allreduce.get("host")
+        text = allreduce.get("output") or ""
+        if allreduce.get("missing"):
+            out.setdefault(launcher, []).append(_check("fabric.allreduce", False, "all_reduce_perf across all nodes",
+                                                       allreduce["missing"], "install nccl-tests (rccl-tests on AMD) "
+                                                       "built with MPI=1 and Open MPI on every node"))
+            return out
+        try:
+            dbg = parse_nccl_debug(text)
+        except ParseError:
+            dbg = None
+        by_name = {n.get("hostname", h).split(".")[0]: h for h, n in nodes.items()}
+        want_t = cfg["transport"]
+        if dbg is not None:
+            for nccl_host, rec in dbg["hosts"].items():
+                host = by_name.get(nccl_host.split(".")[0], nccl_host)
+                out.setdefault(host, [])
+                t = rec["transport"]
+                exp = {"ib": "NET/IB (InfiniBand)", "roce": "NET/IB over RoCE", None: "NET/IB (InfiniBand or RoCE)"}[want_t]
+                ok = t in ((want_t,) if want_t else ("ib", "roce"))
+                devs = ",".join(f"{d['name']}:{d['port']}/{d['link_layer']}" for d in rec["ib_devices"]) or "none"
+                found = f"{t or 'not seen'} (network {rec['network']}; IB devices {devs}"
+                found += "; NET/IB: no device found)" if rec["ib_missing"] else ")"
+                out[host].append(_check("fabric.transport", ok, exp, found,
+                                        f"NCCL on {host} fell back to TCP sockets (decode is many times slower): "
+                                        "check that the RDMA devices are visible (`ibv_devices`), NCCL_IB_DISABLE is "
+                                        "unset, NCCL_IB_HCA names existing ports, nvidia_peermem / the IB verbs "
+                                        "libraries (libibverbs, rdma-core) are installed" if t == "socket" else
+                                        f"NCCL on {host} used {t}; the profile expects {exp}"))
+                rails = nodes.get(host, {}).get("rails")
+                if rails and rec["ib_devices"]:
+                    used = {d["name"] for d in rec["ib_devices"]}
+                    missing = [r for r in rails if r.split(":")[0] not in used]
+                    out[host].append(_check("fabric.nccl_rails", not missing, "NCCL uses every rail: " + ",".join(rails),
+                                            ("missing " + ",".join(missing) + "; uses " + devs) if missing else devs,
+                                            f"NCCL on {host} did not open {','.join(missing)}: the port is down or "
+                                            "excluded by NCCL_IB_HCA; see fabric.rail.* and ibstat"))
+        perf = None
+        try:
+            perf = parse_nccl_tests(text)
+        except ParseError:
+            pass
+        ar = cfg["allreduce_busbw_gbps"]
+        names = ", ".join(sorted(nodes))
+        if perf is None or allreduce.get("rc") not in (0, None):
+            tail = " | ".join(ln.strip() for ln in text.strip().splitlines()[-3:])[:400]
+            out.setdefault(launcher, []).append(_check(
+                "fabric.allreduce", False, f"all_reduce_perf across {names} completes",
+                f"exit status {allreduce.get('rc')}: {tail or 'no output'}",
+                "run the same mpirun by hand from the first node with NCCL_DEBUG=INFO; a hang at start is "
+                "usually one bad rail or a firewall between the nodes (see the port check)"))
+        else:
+            busbw = perf.get("peak_busbw_gbps") or perf.get("avg_busbw_gbps") or 0.0
+            wrong = perf.get("out_of_bounds") or 0
+            ok = (ar is None or busbw >= ar) and not wrong
+            out.setdefault(launcher, []).append(_check(
+                "fabric.allreduce", ok, f"all-reduce across {names}" + (f": >= {ar} GB/s bus bandwidth" if ar else "")
+                + ", 0 wrong values", f"{busbw:.1f} GB/s peak bus bandwidth, {wrong} wrong values",
+                "the cross-node all-reduce is slow or wrong: see fabric.transport / fabric.ib_write_bw.* for the "
+                "slow host and rail"))
+    return out
+
+
+def rail_record(nodes: dict, ibbw: dict | None) -> dict:
+    """Per host, the rails NCCL should use (NCCL_IB_HCA) and the RoCE GID index ib_write_bw reported:
+    {host: {"llmb_rdma_rails": [...], "llmb_rdma_gid_index": N | None}} (rails that are down left out)."""
+    from .hw._text import ParseError
+    from .hw.fabric import parse_ib_write_bw
+
+    rec = {}
+    for host, n in nodes.items():
+        rails = list(n.get("rails") or [])
+        gid = None
+        for side in ((ibbw or {}).get(host) or {}).get("servers") or []:
+            try:
+                p = parse_ib_write_bw(side.get("output") or "")
+            except ParseError:
+                continue
+            if _port_down(p):
+                rails = [r for r in rails if r != side["device"]]
+            elif p.get("link_type") == "Ethernet" and p.get("gid_index") is not None and gid is None:
+                gid = p["gid_index"]
+        if rails:
+            rec[host] = {"llmb_rdma_rails": rails, "llmb_rdma_gid_index": gid}
+    return rec
+
+
+RAILS_FILE = "llmb_rdma.yml"  # <inventory>/host_vars/<host>/llmb_rdma.yml, written by the fabric tag
+
+
+def rails_yaml(host: str, rec: dict) -> str:
+    """The host_vars file verify records the rails in (read back by stage 0: llmb_rdma_rails)."""
+    rails = ", ".join(rec["llmb_rdma_rails"])
+    gid = rec.get("llmb_rdma_gid_index")
+    return (f"# Written by the verify stage (tag fabric) for {host}: the RDMA rails ib_write_bw and NCCL used.\n"
+            "# Stage 0 plans NCCL_IB_HCA from them (NCCL_IB_GID_INDEX on RoCE); commit this file with the\n"
+            "# inventory, edit it to pin other rails, delete it to let verify learn them again.\n"
+            f"llmb_rdma_rails: [{rails}]\n"
+            + (f"llmb_rdma_gid_index: {int(gid)}\n" if gid is not None else ""))

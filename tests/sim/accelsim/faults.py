@@ -64,6 +64,44 @@ KINDS: dict[str, Kind] = {
         identity=("gpu",),
         vendors=("nvidia",),
     ),
+    "xid": Kind(
+        "device GPU logged Xid CODE in the kernel log (dmesg); 79 also means it fell off the bus",
+        {"gpu": int, "code": int},
+        identity=("gpu", "code"),
+        vendors=("nvidia",),
+    ),
+    "throttle": Kind(
+        "device GPU's clocks are slowed down for REASON (hw_thermal_slowdown, hw_power_brake_slowdown, "
+        "sw_thermal_slowdown, hw_slowdown)",
+        {"gpu": int},
+        {"reason": str},
+        identity=("gpu",),
+        vendors=("nvidia",),
+    ),
+    "ecc_uncorrectable": Kind(
+        "device GPU reports COUNT uncorrectable DRAM ECC errors (volatile and aggregate)",
+        {"gpu": int},
+        {"count": int},
+        identity=("gpu",),
+        vendors=("nvidia",),
+    ),
+    "rail_down": Kind(
+        "RDMA rail NIC (e.g. mlx5_3) is down: ib_write_bw reports its port Down, NCCL leaves it out",
+        {"nic": str},
+        identity=("nic",),
+        vendors=("nvidia", "amd"),
+    ),
+    "socket_fallback": Kind(
+        "NCCL on this node finds no IB device and falls back to TCP sockets (NET/Socket)",
+        vendors=("nvidia", "amd"),
+    ),
+    "slow_link": Kind(
+        "RDMA rail NIC runs at GBPS Gb/s (default 100) in ib_write_bw",
+        {"nic": str},
+        {"gbps": int},
+        identity=("nic",),
+        vendors=("nvidia", "amd"),
+    ),
     "persistence_off": Kind(
         "persistence mode disabled (on device GPU, or on all)",
         optional={"gpu": int},
@@ -107,6 +145,10 @@ def parse(kind: str, args: list[str]) -> dict:
     return fault
 
 
+THROTTLE_REASONS = ("hw_thermal_slowdown", "hw_power_brake_slowdown", "sw_thermal_slowdown", "hw_slowdown",
+                    "sw_power_cap")
+
+
 def check(fault: dict, profile: dict) -> None:
     """Raise FaultError when the fault cannot apply to this profile (wrong vendor, index out of range)."""
     kind = fault.get("kind")
@@ -121,6 +163,12 @@ def check(fault: dict, profile: dict) -> None:
             raise FaultError(
                 f"{kind}: {key}={fault[key]} but profile {profile['name']} has devices 0-{count - 1}"
             )
+    if kind == "throttle" and fault.get("reason", "hw_thermal_slowdown") not in THROTTLE_REASONS:
+        raise FaultError(f"throttle: reason must be one of {', '.join(THROTTLE_REASONS)}, found {fault['reason']!r}")
+    if kind in ("rail_down", "slow_link"):
+        nics = [n["name"] for n in profile.get("nics", [])]
+        if fault["nic"] not in nics:
+            raise FaultError(f"{kind}: nic={fault['nic']} but profile {profile['name']} has NICs {', '.join(nics) or 'none'}")
     if kind in ("link_down", "link_degraded"):
         links = link_count(profile, fault["gpu"])
         if fault["link"] >= links:

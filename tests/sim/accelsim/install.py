@@ -27,7 +27,7 @@ from . import profiles, state
 from .cli import sync_derived, systemd_running
 
 MARKER = "# accelsim wrapper (managed by install-accelsim.sh)"
-ALL_TOOLS = sorted({t for tools in profiles.VENDOR_TOOLS.values() for t in tools})
+ALL_TOOLS = sorted({t for tools in profiles.VENDOR_TOOLS.values() for t in tools} | {"ibstat"})
 HOST_TOOLS = ("lscpu", "numactl")  # every profile; the real tools stay in /usr/bin
 LIB_DIR = "usr/local/lib/accelsim"
 BIN_DIR = "usr/local/bin"

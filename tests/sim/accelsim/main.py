@@ -37,6 +37,10 @@ HANDLERS = {
     "rocm-smi": ("amd", "amd", "rocm_smi_main"),
     "numactl": (None, "host", "numactl_main"),
     "lscpu": (None, "host", "lscpu_main"),
+    "dmesg": (None, "fabric", "dmesg_main"),
+    "ibstat": (None, "fabric", "ibstat_main"),
+    "ib_write_bw": (None, "fabric", "ib_write_bw_main"),
+    "all_reduce_perf": (None, "fabric", "all_reduce_perf_main"),
 }
 
 

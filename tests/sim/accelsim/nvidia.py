@@ -105,6 +105,8 @@ class Gpu:
     module_id: int
     persistence: bool = True
     ecc: bool = True
+    throttle: tuple[str, ...] = ()  # active clock slowdown reasons (besides idle)
+    ecc_unc: int = 0  # uncorrectable DRAM ECC errors
     links: list[str] = field(default_factory=list)  # per link: speed text or INACTIVE
     readings: dict = field(default_factory=dict)
     views: dict = field(default_factory=dict)
@@ -170,6 +172,9 @@ def build(profile: dict, faults: list[dict], host: str, fabric_manager_alive: bo
                 module_id=g.get("module_id", pindex + 1),
                 persistence=not any(f.get("gpu", pindex) == pindex for f in pm_off),
                 ecc=not any(f.get("gpu", pindex) == pindex for f in ecc_off),
+                throttle=tuple(f.get("reason", "hw_thermal_slowdown") for f in active(faults, "throttle")
+                               if f["gpu"] == pindex),
+                ecc_unc=sum(f.get("count", 1) for f in active(faults, "ecc_uncorrectable") if f["gpu"] == pindex),
                 links=[spec["nvlink"]["speed"]] * nlinks,
                 readings=_readings(spec, g, host, name, pindex),
                 views=g.get("views", {}),
@@ -407,6 +412,8 @@ def _template_values(node: NvidiaNode, g: Gpu, view: str) -> dict:
         "bar1_free": spec["bar1_mib"] - r["bar1_used"],
         "ecc_mode": "Disabled" if ecc_na else "Enabled",
         "ecc_count": "N/A" if ecc_na else "0",
+        "ecc_dram_unc": "N/A" if ecc_na else str(g.ecc_unc),
+        **_reasons(g),
         "ecc_threshold": "N/A" if ecc_na else "No",
         "remap_max_banks": spec["remap_max_banks"],
         "temp": r["temp"],
@@ -433,6 +440,45 @@ def _template_values(node: NvidiaNode, g: Gpu, view: str) -> dict:
         "fabric_cluster": node.fabric["cluster"],
         "supported_clocks": _supported_clocks_xml(spec["clocks"]),
     }
+
+
+def _reasons(g: Gpu) -> dict:
+    """Clock event reasons: idle unless a slowdown is simulated (a throttled GPU is one under load)."""
+    hw = {"hw_thermal_slowdown", "hw_power_brake_slowdown"} & set(g.throttle)
+    active_reasons = set(g.throttle) | ({"hw_slowdown"} if hw else set()) or {"gpu_idle"}
+    names = ("gpu_idle", "sw_power_cap", "hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown",
+             "sw_thermal_slowdown")
+    return {f"r_{n}": "Active" if n in active_reasons else "Not Active" for n in names}
+
+
+def render_nvlink_errors(node: NvidiaNode, ids: list[int] | None = None) -> str:
+    """`nvidia-smi nvlink -e`: per link Replay / Recovery / CRC counters (0; a degraded link counts)."""
+    out = []
+    for g in select(node, ids):
+        out.append(f"GPU {g.index}: {node.spec['name']} (UUID: {g.uuid})\n")
+        for link, speed in enumerate(g.links):
+            bad = speed != INACTIVE and speed != node.spec["nvlink"]["speed"]
+            for name, value in (("Replay Errors", 12 if bad else 0), ("Recovery Errors", 0),
+                                ("CRC Errors", 3 if bad else 0)):
+                out.append(f"\t Link {link}: {name}: {value}\n")
+    return "".join(out)
+
+
+def render_kernel_log(node: NvidiaNode, faults: list[dict], host: str) -> str:
+    """`dmesg`: the driver's load line and one Xid line per `xid` fault (bus id of the profile's GPU)."""
+    lines = ["[    0.000000] Linux version 6.1.0-accelsim (simulated kernel log)",
+             f"[    5.120000] NVRM: loading NVIDIA UNIX Open Kernel Module for x86_64  {node.driver}  Release Build"]
+    buses = {i: g["bus_id"] for i, g in enumerate(node.profile["gpus"])}
+    t = 1000.0
+    for f in active(faults, "xid"):
+        domain, bus, rest = buses[f["gpu"]].split(":")
+        dev = rest.split(".")[0]
+        t += 37.25
+        what = {79: "GPU has fallen off the bus.", 48: "An uncorrectable double bit error (DBE) has been detected.",
+                74: "NVLink: fatal error detected on link 3"}.get(f["code"], "Graphics Exception")
+        lines.append(f"[{t:12.6f}] NVRM: Xid (PCI:{domain[-4:].lower()}:{bus.lower()}:{dev.lower()}): {f['code']}, "
+                     f"pid='<unknown>', name=<unknown>, {what}")
+    return "\n".join(lines) + "\n"
 
 
 def _supported_clocks_xml(clocks: dict) -> str:

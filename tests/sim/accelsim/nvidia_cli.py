@@ -130,9 +130,11 @@ def _nvlink(model: nvidia.NvidiaNode, args: list[str], result: Result) -> None:
     rest, ids = _take_ids(args, model)
     if rest in (["-s"], ["--status"]):
         result.write(nvidia.render_nvlink_status(model, ids))
+    elif rest in (["-e"], ["--errorcounters"]):
+        result.write(nvidia.render_nvlink_errors(model, ids))
     elif rest in (["-c"], ["--capabilities"]):
         result.write(nvidia.render_nvlink_capabilities(model, ids))
     else:
         raise UsageError(
-            f"nvlink {' '.join(args)}: simulated are 'nvlink -s|--status|-c|--capabilities [-i N]'"
+            f"nvlink {' '.join(args)}: simulated are 'nvlink -s|--status|-e|--errorcounters|-c|--capabilities [-i N]'"
         )

@@ -10,10 +10,12 @@ from pathlib import Path
 PROFILE_DIR = Path(__file__).resolve().parent / "profiles"
 DEVICES_FILE = "_devices.json"
 CPUS_FILE = "_cpus.json"
+# Fabric tools (fabric.py) ride with the GPU vendors: the kernel log, perftest, nccl-/rccl-tests.
+FABRIC_TOOLS = ("dmesg", "ib_write_bw", "all_reduce_perf")
 VENDOR_TOOLS = {
-    "nvidia": ("nvidia-smi",),
+    "nvidia": ("nvidia-smi", *FABRIC_TOOLS),
     "ascend": ("npu-smi", "hccn_tool"),
-    "amd": ("amd-smi", "rocm-smi"),
+    "amd": ("amd-smi", "rocm-smi", *FABRIC_TOOLS),
 }
 
 
@@ -69,7 +71,8 @@ def load(name: str) -> dict:
 
 
 def tools(profile: dict) -> tuple[str, ...]:
-    return VENDOR_TOOLS[profile["vendor"]]
+    """The simulated tools of a profile: its vendor's, plus ibstat where it has RDMA NICs."""
+    return VENDOR_TOOLS[profile["vendor"]] + (("ibstat",) if profile.get("nics") else ())
 
 
 def device_count(profile: dict) -> int:

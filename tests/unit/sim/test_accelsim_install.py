@@ -65,6 +65,10 @@ def test_install_nvswitch_profile(src, root):
     assert (root / "etc/accelsim/profile").read_text() == "h800-hgx8\n"
     assert sorted(p.name for p in (root / "usr/local/bin").iterdir()) == [
         "accelsim",
+        "all_reduce_perf",  # the fabric tools (accelsim/fabric.py)
+        "dmesg",
+        "ib_write_bw",
+        "ibstat",  # the profile has RDMA NICs
         "lscpu",
         "numactl",
         "nvidia-smi",
@@ -109,7 +113,8 @@ def test_switching_vendor_swaps_the_tools(src, root):
     assert proc.stdout == "ipaddr:192.168.103.7\nnetmask:255.255.255.0\n"
     install(src, root, "mi300x-8")
     names = sorted(p.name for p in (root / "usr/local/bin").iterdir())
-    assert names == ["accelsim", "amd-smi", "lscpu", "numactl", "other-tool", "rocm-smi"]
+    assert names == ["accelsim", "all_reduce_perf", "amd-smi", "dmesg", "ib_write_bw", "lscpu", "numactl",
+                     "other-tool", "rocm-smi"]
     assert not (root / "usr/local/Ascend/driver/version.info").exists()
     assert tool(root, "rocm-smi", "--showtopo").returncode == 0
 

@@ -88,6 +88,8 @@ def build_facts(probes: list[dict], vendor: str | None = None) -> dict:
         "numa": {"nodes": None, "balancing": None},
         "fabric_manager": {"service": None, "process": None, "cuda_init": None},
         "hccn": None,
+        # Device health: None where the probe did not run or could not be read (the checks skip).
+        "health": {"kernel_log": None, "nvlink_errors": None, "modules": None, "nvidia_params": None, "acs": None},
         "collected": collected,
         "errors": errors,
         "warnings": [],
@@ -129,6 +131,13 @@ def _host(facts, parsed):
     bal = _first(parsed, "numa-balancing")
     if bal is not None:
         facts["numa"]["balancing"] = bal["value"]
+    health = facts["health"]
+    mods = _first(parsed, "proc-modules")
+    if mods is not None:
+        health["modules"] = mods["modules"]
+    acs = _first(parsed, "pci-acs")
+    if acs is not None:
+        health["acs"] = acs["devices"]
     ib = _first(parsed, "ibstat")
     if ib is not None:
         facts["rdma_ports"] = [
@@ -179,6 +188,10 @@ def _nvidia(facts, parsed):
                              ("persistence_mode", "persistence_mode"), ("ecc_mode", "ecc_mode_current")):
                 if d.get(key) is None:
                     d[key] = g[src]
+            for key in ("pcie_gen_current", "pcie_gen_max", "pcie_width_current", "pcie_width_max",
+                        "ecc_uncorrectable_volatile", "ecc_uncorrectable_aggregate", "vbios_version",
+                        "inforom_image", "clocks_event_reasons_active"):
+                d[key] = g.get(key)
             d.update({"fabric_state": g["fabric_state"], "fabric_status": g["fabric_status"],
                       "remapped_rows_pending": g["remapped_rows_pending"],
                       "remapped_rows_failure": g["remapped_rows_failure"],
@@ -225,6 +238,16 @@ def _nvidia(facts, parsed):
         facts["device_links"] = {f"GPU{g['index']}": g["links"] for g in nvl["gpus"]}
         for d in devices:
             facts["device_links"].setdefault(d["name"], [])
+    health = facts["health"]
+    klog = _first(parsed, "kernel-log")
+    if klog is not None:
+        health["kernel_log"] = {"lines": klog["lines"], "events": klog["events"]}
+    nve = _first(parsed, "nvidia-smi-nvlink-errors")
+    if nve is not None:
+        health["nvlink_errors"] = {f"GPU{g['index']}": g["links"] for g in nve["gpus"]}
+    params = _first(parsed, "nvidia-params")
+    if params is not None:
+        health["nvidia_params"] = {"params": params["params"], "registry_dwords": params["registry_dwords"]}
     fm = facts["fabric_manager"]
     svc = _first(parsed, "systemctl-is-active")
     if svc is not None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from . import amd, ascend, host, nvidia
+from . import amd, ascend, fabric, health, host, nvidia
 from ._text import ParseError, split_capture, strip_ansi, strip_capture_header
 
 __all__ = ["KINDS", "ParseError", "detect_kind", "parse", "parse_capture", "split_capture", "strip_capture_header"]
@@ -47,6 +47,13 @@ KINDS = {
     "torch-p2p": (host.parse_torch_p2p, "torch can_device_access_peer matrix"),
     "torch-bw": (host.parse_torch_bw, "copy / all-reduce bandwidth lines of the torch probe"),
     "nccl-tests": (host.parse_nccl_tests, "nccl-tests `all_reduce_perf` output"),
+    "nccl-debug": (fabric.parse_nccl_debug, "ranks and transports of an nccl-tests run with NCCL_DEBUG=INFO"),
+    "ib-write-bw": (fabric.parse_ib_write_bw, "perftest `ib_write_bw` (server or client side)"),
+    "kernel-log": (health.parse_kernel_log, "`dmesg` / `journalctl -k`: NVIDIA Xid events"),
+    "nvidia-smi-nvlink-errors": (health.parse_nvlink_errors, "`nvidia-smi nvlink -e` error counters"),
+    "nvidia-params": (health.parse_nvidia_params, "`cat /proc/driver/nvidia/params`"),
+    "proc-modules": (health.parse_proc_modules, "`cat /proc/modules` / `lsmod`"),
+    "pci-acs": (health.parse_pci_acs, "PCIe ACS control of every PCI function (sysfs config space)"),
 }
 
 # Detection from the command line of a capture header (first match wins; order matters).
@@ -55,6 +62,12 @@ _BY_COMMAND = [
     (r"nvidia-smi\s+topo\s+-p2p", "nvidia-smi-topo-p2p"),
     (r"nvidia-smi\s+nvlink\s+(-s|--status)", "nvidia-smi-nvlink"),
     (r"nvidia-smi\s+nvlink\s+(-c|--capabilities)", "nvidia-smi-nvlink-caps"),
+    (r"nvidia-smi\s+nvlink\s+(-e|--errorcounters)", "nvidia-smi-nvlink-errors"),
+    (r"/proc/driver/nvidia/params", "nvidia-params"),
+    (r"/proc/modules|^lsmod", "proc-modules"),
+    (r"^(dmesg|journalctl\s.*-k)|kernel log", "kernel-log"),
+    (r"^ib_write_bw", "ib-write-bw"),
+    (r"^pci-acs|ACS control", "pci-acs"),
     (r"nvidia-smi\s+--query-gpu", "nvidia-smi-query"),
     (r"nvidia-smi\s+-q\s+-x|nvidia-smi\s+-x\s+-q", "nvidia-smi-q-xml"),
     (r"nvidia-smi\s+-q", "nvidia-smi-q"),
@@ -138,6 +151,8 @@ def _detect_content(body: str) -> str | None:
                 first):
         return "nvidia-smi-query"
     if re.search(r"^GPU \d+: .*\(UUID:", s, re.M):
+        if re.search(r"^\s*Link \d+: .*Errors?\s*:", s, re.M):
+            return "nvidia-smi-nvlink-errors"
         if re.search(r"Link \d+, .*supported", s):
             return "nvidia-smi-nvlink-caps"
         return "nvidia-smi-nvlink"
@@ -177,6 +192,14 @@ def _detect_content(body: str) -> str | None:
         return "pci-devices"
     if re.search(r"^gpu\d+->gpu\d+ GB/s", s, re.M) or re.search(r"^allreduce busbw GB/s", s, re.M):
         return "torch-bw"
+    if re.search(r"RDMA_Write .*BW Test", s):
+        return "ib-write-bw"
+    if re.search(r"^(ResmanDebugLevel|EnableStreamMemOPs|RegistryDwords):", s, re.M):
+        return "nvidia-params"
+    if re.search(r"NVRM: (Xid|GPU at|loading NVIDIA)", s) or re.match(r"^\[\s*\d+\.\d+\] ", first):
+        return "kernel-log"
+    if re.match(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.\d class=0x[0-9a-f]+ acs=", first):
+        return "pci-acs"
     if re.search(r"#\s*Avg bus bandwidth", s):
         return "nccl-tests"
     if re.match(r"^\S+\s+\S+\s+\d+\s+.+\(\d+,\s*\d+\)$", first) and len(s.splitlines()) == 1:

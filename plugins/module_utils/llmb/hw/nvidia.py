@@ -342,7 +342,35 @@ def _gpu_record(get) -> dict:
         "remapped_rows_pending": na(get("remapped_rows_pending")),
         "remapped_rows_failure": na(get("remapped_rows_failure")),
         "ecc_dram_uncorrectable_volatile": to_int(get("ecc_dram_unc")) if na(get("ecc_dram_unc")) else None,
+        # Device health (verify's health.* checks): maxima of the PCIe link, uncorrectable ECC counts
+        # (volatile: since the last driver load; aggregate: lifetime), firmware.
+        "pcie_gen_max": to_int(get("pcie_gen_max")) if na(get("pcie_gen_max")) else None,
+        "pcie_width_max": to_int(na(get("pcie_width_max")).rstrip("x")) if na(get("pcie_width_max")) else None,
+        "ecc_uncorrectable_volatile": _sum_counts(get, ("ecc_dram_unc", "ecc_sram_unc", "ecc_sram_unc_parity",
+                                                        "ecc_sram_unc_secded")),
+        "ecc_uncorrectable_aggregate": _sum_counts(get, ("ecc_dram_unc_agg", "ecc_sram_unc_agg",
+                                                         "ecc_sram_unc_parity_agg", "ecc_sram_unc_secded_agg")),
+        "vbios_version": na(get("vbios_version")),
+        "inforom_image": na(get("inforom_image")),
+        "clocks_event_reasons_active": None,
     }
+
+
+def _sum_counts(get, fields) -> int | None:
+    """Sum of the counters that are numbers; None when none is (ECC off: N/A)."""
+    vals = [get(f) for f in fields]
+    nums = [to_int(v) for v in vals if na(v) and re.fullmatch(r"\d+", str(v).strip())]
+    return sum(nums) if nums else None
+
+
+_REASON_ALIAS = {"idle": "gpu_idle", "display_clock_setting": "display_clocks_setting"}
+
+
+def reason_name(name: str) -> str:
+    """'HW Thermal Slowdown' / 'clocks_event_reason_hw_thermal_slowdown' -> 'hw_thermal_slowdown'."""
+    key = re.sub(r"[^a-z0-9]+", "_", name.strip().lower()).strip("_")
+    key = re.sub(r"^clocks_(event|throttle)_reasons?_", "", key)
+    return _REASON_ALIAS.get(key, key)
 
 
 _Q_PATHS = {
@@ -364,6 +392,17 @@ _Q_PATHS = {
     "remapped_rows_pending": ("Remapped Rows", "Pending"),
     "remapped_rows_failure": ("Remapped Rows", "Remapping Failure Occurred"),
     "ecc_dram_unc": ("ECC Errors", "Volatile", "DRAM Uncorrectable"),
+    "ecc_sram_unc": ("ECC Errors", "Volatile", "SRAM Uncorrectable"),
+    "ecc_sram_unc_parity": ("ECC Errors", "Volatile", "SRAM Uncorrectable Parity"),
+    "ecc_sram_unc_secded": ("ECC Errors", "Volatile", "SRAM Uncorrectable SEC-DED"),
+    "ecc_dram_unc_agg": ("ECC Errors", "Aggregate", "DRAM Uncorrectable"),
+    "ecc_sram_unc_agg": ("ECC Errors", "Aggregate", "SRAM Uncorrectable"),
+    "ecc_sram_unc_parity_agg": ("ECC Errors", "Aggregate", "SRAM Uncorrectable Parity"),
+    "ecc_sram_unc_secded_agg": ("ECC Errors", "Aggregate", "SRAM Uncorrectable SEC-DED"),
+    "pcie_gen_max": ("PCI", "GPU Link Info", "PCIe Generation", "Max"),
+    "pcie_width_max": ("PCI", "GPU Link Info", "Link Width", "Max"),
+    "vbios_version": ("VBIOS Version",),
+    "inforom_image": ("Inforom Version", "Image Version"),
 }
 
 
@@ -425,6 +464,16 @@ def parse_smi_q(text: str) -> dict:
                 cur = cur[match]
             return cur if isinstance(cur, str) else None
         rec = _gpu_record(get)
+        reasons = next((v for k, v in node.items() if k.lower() in ("clocks event reasons", "clocks throttle reasons")
+                        and isinstance(v, dict)), None)
+        if reasons is not None:
+            active = []
+            for k, v in reasons.items():
+                if isinstance(v, str) and v == "Active":
+                    active.append(reason_name(k))
+                elif isinstance(v, dict):  # HW Slowdown's sub-reasons sit one level down
+                    active += [reason_name(k2) for k2, v2 in v.items() if v2 == "Active"]
+            rec["clocks_event_reasons_active"] = active
         out_gpus.append(rec)
     for i, g in enumerate(out_gpus):
         g["index"] = i
@@ -456,6 +505,17 @@ _X_PATHS = {
     "remapped_rows_pending": "remapped_rows/remapped_row_pending",
     "remapped_rows_failure": "remapped_rows/remapped_row_failure",
     "ecc_dram_unc": "ecc_errors/volatile/dram_uncorrectable",
+    "ecc_sram_unc": "ecc_errors/volatile/sram_uncorrectable",
+    "ecc_sram_unc_parity": "ecc_errors/volatile/sram_uncorrectable_parity",
+    "ecc_sram_unc_secded": "ecc_errors/volatile/sram_uncorrectable_secded",
+    "ecc_dram_unc_agg": "ecc_errors/aggregate/dram_uncorrectable",
+    "ecc_sram_unc_agg": "ecc_errors/aggregate/sram_uncorrectable",
+    "ecc_sram_unc_parity_agg": "ecc_errors/aggregate/sram_uncorrectable_parity",
+    "ecc_sram_unc_secded_agg": "ecc_errors/aggregate/sram_uncorrectable_secded",
+    "pcie_gen_max": "pci/pci_gpu_link_info/pcie_gen/max_link_gen",
+    "pcie_width_max": "pci/pci_gpu_link_info/link_widths/max_link_width",
+    "vbios_version": "vbios_version",
+    "inforom_image": "inforom_version/img_version",
 }
 _X_FALLBACK = {
     "power_limit": "power_readings/power_limit",
@@ -486,6 +546,12 @@ def parse_smi_xml(text: str) -> dict:
                 node = g.find(_X_FALLBACK[field])
             return node.text.strip() if node is not None and node.text else None
         rec = _gpu_record(get)
+        reasons = g.find("clocks_event_reasons")
+        if reasons is None:
+            reasons = g.find("clocks_throttle_reasons")
+        if reasons is not None:
+            rec["clocks_event_reasons_active"] = [reason_name(c.tag) for c in reasons
+                                                  if (c.text or "").strip() == "Active"]
         minor = g.findtext("minor_number")
         rec["minor_number"] = to_int(minor) if na(minor) else None
         rec["index"] = i

@@ -68,6 +68,10 @@ HOST_PROBES = [
     _p("numa-balancing", "numa-balancing", file="/proc/sys/kernel/numa_balancing"),
     _p("ibstat", "ibstat", ["ibstat"], optional=True),
     _p("pci", "pci-devices", internal="pci"),
+    # Device health (docs/verify.md, "Device health"): loaded modules (nvidia_peermem), the PCIe ACS
+    # control of every bridge (GPUDirect RDMA traffic must not be redirected to the root complex).
+    _p("modules", "proc-modules", file="/proc/modules"),
+    _p("pci-acs", "pci-acs", internal="acs"),
 ]
 VENDOR_PROBES = {
     "nvidia": [
@@ -81,6 +85,9 @@ VENDOR_PROBES = {
            ok_rcs=(0, 3, 4)),
         _p("fabricmanager-proc", "process-list", internal="fm-proc"),
         _p("cuda-init", "cuda-probe", internal="cuda"),
+        _p("nvlink-e", "nvidia-smi-nvlink-errors", ["nvidia-smi", "nvlink", "-e"]),
+        _p("nvidia-params", "nvidia-params", file="/proc/driver/nvidia/params"),
+        _p("kernel-log", "kernel-log", internal="kmsg"),
     ],
     "amd": [
         _p("amd-smi-static", "amd-smi-static-json", ["amd-smi", "static", "--json"]),
@@ -177,11 +184,88 @@ def fm_processes(proc: str = "/proc") -> str:
     return "\n".join(sorted(out)) + ("\n" if out else "")
 
 
+# The kernel log lines the health checks read (the whole log can be megabytes: filtered on the node).
+KMSG_KEEP = re.compile(r"NVRM|Xid|fallen off the bus|amdgpu.*(error|fault|RAS)|\bnpu\b|davinci", re.I)
+
+
+def kernel_log(timeout: float) -> tuple[str, int, str, str]:
+    """NVRM / Xid lines since boot: `dmesg`, else `journalctl -k -b` (dmesg_restrict, no root)."""
+    rc, out, err = _run(["dmesg"], timeout)
+    cmd = "dmesg (kernel log lines with NVRM / Xid only)"
+    if rc != 0 or not out.strip():
+        rc2, out2, err2 = _run(["journalctl", "-k", "-b", "--no-pager", "-q"], timeout)
+        if rc2 == 0 and out2.strip():
+            rc, out, err = rc2, out2, err2
+            cmd = "journalctl -k -b (kernel log lines with NVRM / Xid only)"
+    kept = [ln for ln in out.splitlines() if KMSG_KEEP.search(ln)]
+    return cmd, rc, "\n".join(kept[-2000:]) + ("\n" if kept else ""), err
+
+
+ACS_CAP_ID = 0x000D  # PCIe extended capability: Access Control Services
+
+
+def acs_from_config(config: bytes) -> tuple[int, int] | None:
+    """(ACS capability, ACS control) from a PCI function's config space, None without the capability.
+
+    Extended capabilities start at 0x100: a 32-bit header (ID bits 0-15, version 16-19, next offset
+    20-31); ACS has its capability register at +4 and its control register at +6 (16 bits each).
+    """
+    if len(config) < 0x104:
+        return None
+    off, seen = 0x100, set()
+    while off and off + 8 <= len(config) and off not in seen:
+        seen.add(off)
+        head = int.from_bytes(config[off:off + 4], "little")
+        if head in (0, 0xFFFFFFFF):
+            return None
+        if head & 0xFFFF == ACS_CAP_ID:
+            return int.from_bytes(config[off + 4:off + 6], "little"), int.from_bytes(config[off + 6:off + 8], "little")
+        off = (head >> 20) & 0xFFC
+    return None
+
+
+def acs_listing(root: str = "/sys/bus/pci/devices") -> str:
+    """'<bdf> class=0x... acs=none|unreadable|cap=0x....,ctrl=0x....' for the GPUs and RDMA NICs and the
+    PCIe bridges above them (the path GPUDirect traffic takes); other bridges do not matter here."""
+    ends, bridges = [], set()
+    for d in sorted(glob.glob(os.path.join(root, "*"))):
+        cls = _read1(os.path.join(d, "class"))
+        vendor = _read1(os.path.join(d, "vendor"))
+        if cls.startswith(("0x0300", "0x0302", "0x1200", "0x0207")) or (
+                cls.startswith("0x0200") and vendor in ("0x15b3", "0x14e4")):
+            ends.append(d)
+            # /sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0/...: every PCI function on the way up
+            for part in os.path.realpath(d).split(os.sep)[:-1]:
+                if re.fullmatch(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]", part):
+                    bridges.add(os.path.join(root, part))
+    lines = []
+    for d in sorted(set(ends) | {b for b in bridges if os.path.isdir(b)}):
+        cls = _read1(os.path.join(d, "class"))
+        try:
+            with open(os.path.join(d, "config"), "rb") as fh:
+                config = fh.read(4096)
+        except OSError:
+            config = b""
+        if len(config) <= 0x40:
+            acs = "unreadable"  # beyond the first 64 bytes, config space is readable by root only
+        elif len(config) <= 0x100:
+            acs = "none"  # no PCIe extended configuration space (a conventional PCI / virtio function)
+        else:
+            got = acs_from_config(config)
+            acs = "none" if got is None else f"cap=0x{got[0]:04x},ctrl=0x{got[1]:04x}"
+        lines.append(f"{os.path.basename(d)} class={cls} acs={acs}")
+    return "\n".join(lines) + ("\n" if lines else "")
+
+
 def _internal(which_one: str, timeout: float) -> tuple[str, int, str, str]:
     if which_one == "pci":
         return "sysfs-pci-scan /sys/bus/pci/devices", 0, pci_listing(), ""
     if which_one == "fm-proc":
         return "scan /proc for nv-fabricmanager", 0, fm_processes(), ""
+    if which_one == "acs":
+        return "pci-acs: ACS control of PCI bridges, GPUs and NICs from /sys/bus/pci/devices/*/config", 0, acs_listing(), ""
+    if which_one == "kmsg":
+        return kernel_log(timeout)
     if which_one == "cuda":
         rc, out, err = _run([sys.executable or "python3", "-c", CUDA_PROBE], timeout)
         return "python3 -c <cuda-init probe: cuInit + cuDeviceGetCount via libcuda.so.1>", rc, out, err

@@ -143,6 +143,23 @@ KNOBS: tuple[Knob, ...] = (
         per_host=True,
         format="address",
     ),
+    Knob(
+        "llmb_rdma_rails",
+        "list",
+        None,
+        "this node's RDMA rails for NCCL_IB_HCA (verify's tag fabric records them in host_vars/<host>/llmb_rdma.yml)",
+        per_host=True,
+        elements="iface",
+    ),
+    Knob(
+        "llmb_rdma_gid_index",
+        "int",
+        None,
+        "RoCE GID index for NCCL_IB_GID_INDEX (recorded by verify's tag fabric on RoCE)",
+        per_host=True,
+        min=0,
+        max=255,
+    ),
     # parallelism -----------------------------------------------------------------------
     _parallel("llmb_tensor_parallel", None, "TP size (default: devices per node)"),
     _parallel("llmb_pipeline_parallel", 1, "PP size; TP x PP larger than one node runs over Ray (vLLM)"),
@@ -924,6 +941,8 @@ class Node:
     name: str
     address: str
     rank: int
+    rdma_rails: tuple[str, ...] = ()  # llmb_rdma_rails (verify's tag fabric records them per host)
+    rdma_gid_index: int | None = None
 
 
 @dataclass
@@ -1064,7 +1083,10 @@ def read_deployment(
     addrs: dict[str, str] = {}
     for i, n in enumerate(ordered):
         address, source = _address_of(n, hostvars[n])
-        nodes.append(Node(n, address, i))
+        rails, _ = _get(hostvars[n], "llmb_rdma_rails")
+        gid, _ = _get(hostvars[n], "llmb_rdma_gid_index")
+        ok = not {"llmb_rdma_rails", "llmb_rdma_gid_index"} & bad_vars
+        nodes.append(Node(n, address, i, tuple(str(r) for r in rails or ()) if ok else (), gid if ok else None))
         if source != "llmb_node_ip" and not is_address(address):
             problems.append(
                 Problem(

@@ -89,6 +89,10 @@ def iface_env(ctx: Context, topo: Topology, node: Node) -> dict[str, str]:
             env["HCCL_SOCKET_IFNAME"] = iface
         else:
             env["NCCL_SOCKET_IFNAME"] = iface
+    if multinode and node.rdma_rails and vendor != "ascend":  # "=": exact names (mlx5_1 is not mlx5_10)
+        env["NCCL_IB_HCA"] = "=" + ",".join(node.rdma_rails)
+        if node.rdma_gid_index is not None:
+            env["NCCL_IB_GID_INDEX"] = str(node.rdma_gid_index)
     if vendor == "ascend":
         if iface or multinode:
             env["HCCL_IF_IP"] = node.address
