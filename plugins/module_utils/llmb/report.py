@@ -181,11 +181,14 @@ def _weights(d: dict) -> dict:
     rate = round(hashed / secs / 1e6, 1) if isinstance(hashed, (int, float)) and secs else None
     fetched = f.get("fetched_bytes")
     fsecs = f.get("fetch_seconds")
+    # verified this run: what was on disk (hashed before fetching) + what arrived (hashed on arrival)
+    verified = sum(x for x in (hashed, fetched) if isinstance(x, (int, float))) if f else None
     return {"source": d.get("source") or f.get("source"), "action": d.get("action"),
             "fetched_bytes": fetched, "fetched_files": len(f.get("fetched") or []),
             "fetch_seconds": fsecs,
             "fetch_mb_s": round(fetched / fsecs / 1e6, 1) if fetched and fsecs else None,
-            "verified_bytes": hashed, "verify_seconds": secs, "verify_mb_s": rate,
+            "waited_s": f.get("waited_seconds"),
+            "verified_bytes": verified, "verify_seconds": secs, "verify_mb_s": rate,
             "refetched": len(f.get("refetched") or [])}
 
 
