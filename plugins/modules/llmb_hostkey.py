@@ -1,5 +1,6 @@
-#!/usr/bin/python
-"""The host key a node presents against the one known_hosts pins; accept exactly one new key."""
+"""Documentation of the llmb_hostkey action plugin (plugins/action/llmb_hostkey.py): the host key a
+node presents against the one known_hosts pins; accept exactly one new key. Runs in the controller
+process (no module round trip): recover.yml must say what to do within seconds."""
 
 from __future__ import annotations
 
@@ -8,8 +9,7 @@ DOCUMENTATION = r"""
 module: llmb_hostkey
 short_description: Check the host key a node presents against known_hosts; pin exactly an accepted new one
 description:
-  - Runs on the controller. Asks the node for its host keys with C(ssh-keygen)'s companion
-    C(ssh-keyscan) (argv, O(timeout_s) seconds) and compares them with what the known_hosts file
+  - Runs on the controller. Asks the node for its host keys with C(ssh-keyscan) (argv, O(timeout_s) seconds) and compares them with what the known_hosts file
     of the connection pins (C(-o UserKnownHostsFile=) in O(ssh_args), else C(~/.ssh/known_hosts)).
   - A pinned key passes. An unknown or changed key fails at once with the presented key's SHA256
     fingerprint and the one way to accept it (O(accept) with that fingerprint), unless O(accept)
@@ -49,83 +49,3 @@ fingerprint: {description: Fingerprint of the presented key that is pinned now.,
 known_hosts: {description: The known_hosts file checked., type: str, returned: always}
 presented: {description: "The node's keys: [{type, fingerprint}].", type: list, returned: always}
 """
-
-import os  # noqa: E402
-import subprocess  # noqa: E402
-
-from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible.module_utils.llmb.fsutil import atomic_write_text  # noqa: E402
-from ansible.module_utils.llmb.hostkeys import (  # noqa: E402
-    HostKeyError,
-    check_fingerprint,
-    choose,
-    decide,
-    guidance,
-    known_hosts_files,
-    lookup_name,
-    parse_keyscan,
-    pinned,
-    repin,
-)
-
-
-def main():
-    m = AnsibleModule(
-        argument_spec=dict(
-            host=dict(type="str", required=True), address=dict(type="str", required=True),
-            port=dict(type="int", default=22), user=dict(type="str"), ssh_args=dict(type="str", default=""),
-            accept=dict(type="str"), inventory=dict(type="str", default="<inventory>"),
-            timeout_s=dict(type="int", default=5), control_path=dict(type="str", default="~/.ansible/cp/%C"),
-        ),
-        supports_check_mode=True,
-    )
-    p = m.params
-    host, addr, port = p["host"], p["address"], p["port"]
-    try:
-        if p["accept"]:
-            check_fingerprint(p["accept"])
-        files = known_hosts_files(p["ssh_args"])
-    except HostKeyError as e:
-        m.fail_json(msg=f"recover: {host}: {e}")
-    out = {"known_hosts": files[0], "presented": []}
-    scan = subprocess.run(["ssh-keyscan", "-T", str(p["timeout_s"]), "-p", str(port), addr],
-                          capture_output=True, text=True)
-    presented = parse_keyscan(scan.stdout)
-    out["presented"] = [{"type": k.type, "fingerprint": k.fingerprint} for k in presented]
-    if not presented:
-        m.fail_json(msg=f"recover: {host} ({addr} port {port}) presents no SSH host key within {p['timeout_s']} s "
-                        f"(ssh-keyscan: {scan.stderr.strip()[-300:] or 'no answer'}): check that the node is up, "
-                        "sshd runs and the address in the inventory is right", **out)
-    names = [lookup_name(addr, port)] + ([host] if host != addr else [])
-    try:
-        text = open(files[0]).read() if os.path.exists(files[0]) else ""
-    except OSError as e:
-        m.fail_json(msg=f"recover: {host}: cannot read {files[0]}: {e}", **out)
-    verdict = decide(presented, pinned(text, names[:1]))
-    if verdict.status == "pinned":
-        m.exit_json(changed=False, status="pinned", fingerprint=next(
-            k.fingerprint for k in presented if k in verdict.pinned), **out)
-    if not p["accept"]:
-        m.fail_json(msg=guidance(host, addr, port, verdict, files, p["inventory"], presented), status=verdict.status,
-                    offer=verdict.offer.fingerprint if verdict.offer else None, **out)
-    try:
-        key = choose(presented, p["accept"])
-    except HostKeyError as e:
-        m.fail_json(msg=f"recover: {host} ({addr} port {port}): {e}", **out)
-    if not m.check_mode:
-        os.makedirs(os.path.dirname(os.path.abspath(files[0])), exist_ok=True)
-        atomic_write_text(files[0], repin(text, names, key), mode=0o600 if not os.path.exists(files[0])
-                          else os.stat(files[0]).st_mode & 0o777)
-        # a control master opened to the old machine would carry the next connections: close it
-        argv = ["ssh", "-O", "exit", "-o", f"ControlPath={os.path.expanduser(p['control_path'])}", "-p", str(port)]
-        if p["user"]:
-            argv += ["-l", p["user"]]
-        try:
-            subprocess.run([*argv, addr], capture_output=True, timeout=10)
-        except subprocess.TimeoutExpired:
-            pass  # no master, or it does not answer: the next connection opens a new one
-    m.exit_json(changed=True, status="accepted", fingerprint=key.fingerprint, **out)
-
-
-if __name__ == "__main__":
-    main()

@@ -16,7 +16,10 @@ import hmac
 import os
 import re
 import shlex
+import subprocess
 from dataclasses import dataclass
+
+from .fsutil import atomic_write_text
 
 FINGERPRINT = re.compile(r"^SHA256:[A-Za-z0-9+/]{43}$")
 # ssh's own order of preference among the key types a server offers
@@ -194,3 +197,65 @@ def guidance(host: str, address: str, port: int, verdict: Verdict, files: list[s
         f"If {host} was not replaced, do not accept it: something else answers at {address}.",
     ]
     return "\n".join(lines)
+
+
+def scan(address: str, port: int, types: list[str], timeout_s: int) -> tuple[list[HostKey], str]:
+    """ssh-keyscan (argv) for the given key types; one connection per type, so only those needed."""
+    proc = subprocess.run(["ssh-keyscan", "-T", str(int(timeout_s)), "-p", str(int(port)), "-t", ",".join(types),
+                           "--", address], capture_output=True, text=True, timeout=timeout_s * len(types) + 5)
+    return parse_keyscan(proc.stdout), proc.stderr
+
+
+_SCAN_TYPE = {"ssh-ed25519": "ed25519", "ssh-rsa": "rsa", "rsa-sha2-512": "rsa", "ecdsa-sha2-nistp256": "ecdsa",
+              "ecdsa-sha2-nistp384": "ecdsa", "ecdsa-sha2-nistp521": "ecdsa"}
+
+
+def check_host(host: str, address: str, port: int, ssh_args: str, accept: str | None, inventory: str,
+               timeout_s: int = 5, user: str | None = None, control_path: str = "~/.ansible/cp/%C",
+               check_mode: bool = False) -> dict:
+    """recover.yml's first step. Returns {ok, changed, status, fingerprint?, known_hosts, presented, msg?}:
+    ok=False with the guidance when the node's key is unknown or changed and not accepted."""
+    if accept:
+        check_fingerprint(accept)
+    files = known_hosts_files(ssh_args)
+    names = [lookup_name(address, port)] + ([host] if host != address else [])
+    try:
+        text = open(files[0]).read() if os.path.exists(files[0]) else ""
+    except OSError as e:
+        raise HostKeyError(f"cannot read {files[0]}: {e}") from None
+    pins = pinned(text, names[:1])
+    # ask only for the key types that matter: the pinned ones (ssh will use them), else ed25519
+    types = sorted({_SCAN_TYPE.get(p.type, "ed25519") for p in pins}) or ["ed25519"]
+    presented, err = scan(address, port, types, timeout_s)
+    if not presented and types != ["ed25519", "ecdsa", "rsa"]:
+        presented, err = scan(address, port, ["ed25519", "ecdsa", "rsa"], timeout_s)
+    out: dict = {"ok": True, "changed": False, "known_hosts": files[0],
+                 "presented": [{"type": k.type, "fingerprint": k.fingerprint} for k in presented]}
+    if not presented:
+        out.update(ok=False, msg=f"recover: {host} ({address} port {port}) presents no SSH host key within {timeout_s} s "
+                                 f"(ssh-keyscan: {err.strip()[-300:] or 'no answer'}): check that the node is up, sshd "
+                                 "runs and the address in the inventory is right")
+        return out
+    verdict = decide(presented, pins)
+    if verdict.status == "pinned":
+        out.update(status="pinned", fingerprint=next(k.fingerprint for k in presented if k in pins))
+        return out
+    if not accept:
+        out.update(ok=False, status=verdict.status, offer=verdict.offer.fingerprint if verdict.offer else None,
+                   msg=guidance(host, address, port, verdict, files, inventory, presented))
+        return out
+    key = choose(presented, accept)
+    if not check_mode:
+        os.makedirs(os.path.dirname(os.path.abspath(files[0])), exist_ok=True)
+        mode = os.stat(files[0]).st_mode & 0o777 if os.path.exists(files[0]) else 0o600
+        atomic_write_text(files[0], repin(text, names, key), mode=mode)
+        # a control master opened to the old machine would carry the next connections: close it
+        argv = ["ssh", "-O", "exit", "-o", f"ControlPath={os.path.expanduser(control_path)}", "-p", str(int(port))]
+        if user:
+            argv += ["-l", user]
+        try:
+            subprocess.run([*argv, "--", address], capture_output=True, timeout=10)
+        except subprocess.TimeoutExpired:
+            pass  # no master, or it does not answer: the next connection opens a new one
+    out.update(changed=True, status="accepted", fingerprint=key.fingerprint)
+    return out

@@ -122,3 +122,36 @@ def test_guidance_shows_the_fingerprint_and_the_one_fix(tmp_path):
     assert (f"ansible-playbook playbooks/recover.yml -i inventories/prod -e llmb_recover_host=node2 "
             f"-e llmb_recover_hostkey={fp}") in msg
     assert "do not accept it" in msg
+
+
+def test_check_host_stops_then_pins_exactly_the_accepted_key(tmp_path, monkeypatch):
+    import llmb.hostkeys as hk
+
+    old, _ = _key(tmp_path, "old")
+    new, fp = _key(tmp_path, "new")
+    other, _ = _key(tmp_path, "other")
+    kh = tmp_path / "kh"
+    kh.write_text(f"10.0.0.1,node1 {other.type} {other.key}\n10.0.0.2,node2 {old.type} {old.key}\n")
+    asked = []
+    monkeypatch.setattr(hk, "scan", lambda addr, port, types, t: (asked.append(types), ([new], ""))[1])
+    args = ("node2", "10.0.0.2", 22, f"-o UserKnownHostsFile={kh}")
+    out = hk.check_host(*args, None, "inv")
+    assert out["ok"] is False and out["status"] == "changed" and out["offer"] == fp
+    assert f"-e llmb_recover_hostkey={fp}" in out["msg"] and asked == [["ed25519"]]  # the pinned type only
+    with pytest.raises(HostKeyError, match="refusing"):
+        hk.check_host(*args, old.fingerprint, "inv")
+    assert hk.check_host(*args, fp, "inv", check_mode=True)["changed"] is True
+    assert pinned(kh.read_text(), ["10.0.0.2"]) == [old]  # check mode wrote nothing
+    out = hk.check_host(*args, fp, "inv")
+    assert out["ok"] and out["status"] == "accepted"
+    assert pinned(kh.read_text(), ["10.0.0.2"]) == [new] and pinned(kh.read_text(), ["10.0.0.1"]) == [other]
+    out = hk.check_host(*args, None, "inv")
+    assert out["ok"] and out["status"] == "pinned" and not out["changed"]
+
+
+def test_check_host_unreachable_says_so(tmp_path, monkeypatch):
+    import llmb.hostkeys as hk
+
+    monkeypatch.setattr(hk, "scan", lambda *a: ([], "connect to 10.0.0.2 port 22: No route to host"))
+    out = hk.check_host("node2", "10.0.0.2", 22, f"-o UserKnownHostsFile={tmp_path}/kh", None, "inv")
+    assert out["ok"] is False and "presents no SSH host key within 5 s" in out["msg"] and "No route" in out["msg"]

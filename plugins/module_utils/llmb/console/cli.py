@@ -125,21 +125,23 @@ def run_playbook(playbook: str, inventory: str, extra: list[str], run_id: str, e
                                event_handler=handler, settings={"suppress_ansible_output": True})
         progress.settle()
         live.update(render(progress, f"{title}  {time.monotonic() - t0:.0f}s"))
+    console.print()
     out = private / "artifacts" / run_id / "stdout"
     for (stage, host), c in progress.cells.items():
         if c.status in (FAILED, UNREACHABLE):
-            console.print(f"[bold red]{stage} on {host}[/]: {c.error}", markup=True, highlight=False)
+            console.print(f"[bold red]{stage} on {host}[/]: {c.error}", markup=True, highlight=False, soft_wrap=True)
     try:
         rep = write_report(str(run_dir), expect) if run_dir.is_dir() else None
     except ReportError as e:
-        console.print(str(e))
+        console.print(str(e), soft_wrap=True)
         rep = None
-    console.print(f"ansible output: {out}")
-    console.print(f"events:         {out.parent / 'job_events'}")
+    console.print(f"ansible output: {out}", soft_wrap=True)
+    console.print(f"events:         {out.parent / 'job_events'}", soft_wrap=True)
     if rep is None:
         return 1 if r.rc else 0
-    console.print(f"verdict:        {rep['verdict']}" + (f"  endpoint {rep['endpoint']}" if rep.get("endpoint") else ""))
-    console.print(f"report:         {run_dir / 'report.html'}")
+    console.print(f"verdict:        {rep['verdict']}" + (f"  endpoint {rep['endpoint']}" if rep.get("endpoint") else ""),
+                  soft_wrap=True)
+    console.print(f"report:         {run_dir / 'report.html'}", soft_wrap=True)
     return 0 if rep["ok"] and r.rc == 0 else 1
 
 
