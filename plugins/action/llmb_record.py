@@ -31,7 +31,10 @@ class ActionModule(ControllerAction, ActionBase):
     def act(self, args, task_vars, result):
         host = args["host"] or task_vars.get("inventory_hostname")
         try:
-            path = record(args["artifacts_dir"], args["stage"], host, args["data"])
+            # llmb_stage_started: set per stage by playbooks/_run.yml (the report's durations)
+            started = task_vars.get("llmb_stage_started")
+            path = record(args["artifacts_dir"], args["stage"], host, args["data"],
+                          started=started if isinstance(started, str) else None)
         except (ResultError, OSError) as err:
             raise AnsibleActionFail(f"{host}: llmb_record {args['stage']}: {err}") from None
         result.update(changed=False, path=path)

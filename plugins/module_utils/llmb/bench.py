@@ -95,6 +95,7 @@ def run_bench(base_url: str, model: str, requests: int = 32, concurrency: int = 
     toks = sum(r[2] for r in ok)
     return {
         "requests": requests, "concurrency": concurrency, "succeeded": len(ok), "failed": len(results) - len(ok),
+        "success_rate": round(len(ok) / requests, 4) if requests else 0.0,
         "errors": sorted({r[3] for r in results if not r[0]})[:5],
         "duration_s": round(wall, 3),
         "request_throughput": round(len(ok) / wall, 3) if wall else 0.0,

@@ -6,6 +6,7 @@ and the verify action (verify/<host>.json). Controller side, stdlib only.
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import re
@@ -41,9 +42,34 @@ def write_json(path: str, data: Any) -> None:
     atomic_write_text(path, json.dumps(data, indent=2) + "\n")
 
 
-def record(artifacts_dir: str, stage: str, host: str, data: dict | None = None, suffix: str = "") -> str:
-    """Write a host's result of a stage: {host, stage, ok: true} updated with data. Returns the path."""
+def _utc_now() -> datetime.datetime:
+    return datetime.datetime.now(datetime.UTC)
+
+
+def timing(started: str | None, now: datetime.datetime | None = None) -> dict:
+    """{started, finished, duration_s} of a host's stage: `started` is the stage's start (ISO 8601,
+    set by playbooks/_run.yml as llmb_stage_started), finished is now. A start that cannot be read
+    gives only `finished` (the report then shows no duration rather than a wrong one)."""
+    end = now or _utc_now()
+    out: dict[str, Any] = {"finished": end.isoformat(timespec="milliseconds").replace("+00:00", "Z")}
+    if started:
+        try:
+            t0 = datetime.datetime.fromisoformat(str(started).replace("Z", "+00:00"))
+        except ValueError:
+            return out
+        if t0.tzinfo is None:
+            t0 = t0.replace(tzinfo=datetime.UTC)
+        out["started"] = t0.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+        out["duration_s"] = round(max(0.0, (end - t0).total_seconds()), 3)
+    return out
+
+
+def record(artifacts_dir: str, stage: str, host: str, data: dict | None = None, suffix: str = "",
+           started: str | None = None) -> str:
+    """Write a host's result of a stage: {host, stage, ok: true, finished[, started, duration_s]}
+    updated with data. Returns the path."""
     doc: dict[str, Any] = {"host": str(host), "stage": str(stage), "ok": True}
+    doc.update(timing(started))
     doc.update(data or {})
     path = result_path(artifacts_dir, stage, host, suffix)
     write_json(path, doc)

@@ -18,12 +18,13 @@ def test_report_aggregates_stage_results(tmp_path):
     (run / "serve" / "node1.json").write_text(json.dumps({"ok": True, "smoke": smoke}))
     rep = write_report(str(run))
     assert rep["ok"] is False
-    assert rep["failed"] == [{"stage": "verify", "host": "node2"}]
+    # node2 failed verify and has no serve result at all: both count
+    assert [(f["stage"], f["host"]) for f in rep["failed"]] == [("verify", "node2"), ("serve", "node2")]
     assert rep["endpoint"] == "http://10.0.0.1:8000/v1"
     assert rep["smoke_answer"] == "4"
     assert list(rep["stages"]) == ["verify", "serve"]
     md = (run / "report.md").read_text()
-    assert "FAILED" in md and "| verify | ok | FAILED |" in md
+    assert "Verdict: **FAILED**" in md and "| verify | ok | FAILED |" in md and "| serve | ok | MISSING |" in md
     assert json.loads((run / "report.json").read_text()) == rep
 
 

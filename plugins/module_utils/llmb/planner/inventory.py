@@ -315,6 +315,12 @@ TOOLKIT_KNOBS: tuple[Knob, ...] = (
          needs_plain=False),
     Knob("llmb_recover_host", "str", None, "playbooks/recover.yml: the node to rebuild (-e)", stage="run",
          needs_plain=False),
+    Knob("llmb_recover_hostkey", "str", None, "playbooks/recover.yml: SHA256 fingerprint of the replaced "
+         "node's new host key to accept (-e)", stage="run", needs_plain=False),
+    Knob("llmb_stage_started", "str", None, "playbooks/_run.yml: when the stage started (the report's durations)",
+         stage="run", needs_plain=False),
+    Knob("llmb_report_stages", "list", None, "playbooks/report.yml: the stages the run was to complete",
+         stage="run", needs_plain=False),
     Knob("llmb_repin", "bool", False, "stage 0: resolve the model commit and image digests again (-e)",
          stage="run", needs_plain=False),
     Knob("engine_image_pins", "dict", {}, "stage 0: image -> {digest, id} pinned by the site (no registry "
