@@ -1,11 +1,14 @@
 #!/usr/bin/env python3
 """Cross-node fabric probe (verify stage, tag `fabric`; runs ON a node, python3 >= 3.9, stdlib only).
 
+    llmb_fabric_probe.py ibbw --devices mlx5_0,mlx5_1 --serve-only [--port-base 18515] ...
     llmb_fabric_probe.py ibbw --devices mlx5_0,mlx5_1 [--peer ADDR] [--port-base 18515] [--seconds 2]
                               [--gid-index N] [--timeout 60] [--connect-wait 15]
         perftest ib_write_bw on every rail: a server per local device (port-base + rail index) and,
         with --peer, a client per device to the same rail of the peer (its server). Prints one JSON
-        object: {"host", "servers": [...], "clients": [...]} with each side's raw output.
+        object: {"host", "servers": [...], "clients": [...]} with each side's raw output. With
+        --serve-only the servers are started detached and the call returns; the next call (clients)
+        collects their outputs, so every node's servers listen before any client starts.
     llmb_fabric_probe.py allreduce --hosts A:8,B:8 [--ssh-config FILE] [--ssh-port N] [--env K=V ...]
                               [--launcher mpirun] [--test all_reduce_perf] [--timeout 300]
         the vendor's all-reduce test (nccl-tests / rccl-tests all_reduce_perf, one rank per device)
@@ -61,11 +64,37 @@ def ibbw(args) -> int:
     common = ["--report_gbits", "-D", str(args.seconds), "-F"]
     if args.gid_index is not None:
         common += ["-x", str(args.gid_index)]
+    state = args.state_dir or f"/tmp/llmb-fabric-{args.port_base}"
+    if args.serve_only:
+        # Servers detached from this call (their own session): a second call runs the clients once every
+        # node's servers listen (Ansible's linear strategy is the barrier), then collects these.
+        shutil.rmtree(state, ignore_errors=True)
+        os.makedirs(state, mode=0o700)
+        started = []
+        for i, dev in enumerate(devices):
+            argv = [tool, "-d", dev, "-p", str(args.port_base + i)] + common
+            out = os.path.join(state, f"server-{i}.json")
+            proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "serve-one", "--out", out,
+                                     "--timeout", str(args.timeout), "--"] + argv,
+                                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                    start_new_session=True)
+            started.append({"device": dev, "cmd": argv, "pid": proc.pid, "out": out})
+        with open(os.path.join(state, "servers.json"), "w") as fh:
+            json.dump(started, fh)
+        time.sleep(0.5)  # let them bind
+        print(json.dumps({"host": socket.gethostname(), "serving": [s["device"] for s in started]}))
+        return 0
     servers = []
-    for i, dev in enumerate(devices):
-        argv = [tool, "-d", dev, "-p", str(args.port_base + i)] + common
-        servers.append((dev, argv, subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                                    stdin=subprocess.DEVNULL, env=dict(os.environ, LC_ALL="C"))))
+    try:
+        with open(os.path.join(state, "servers.json")) as fh:
+            detached = json.load(fh)
+    except (OSError, ValueError):
+        detached = None
+    if detached is None:
+        for i, dev in enumerate(devices):
+            argv = [tool, "-d", dev, "-p", str(args.port_base + i)] + common
+            servers.append((dev, argv, subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                                        stdin=subprocess.DEVNULL, env=dict(os.environ, LC_ALL="C"))))
 
     def client(item):
         i, dev = item
@@ -96,7 +125,32 @@ def ibbw(args) -> int:
             out += b"\ntimed out waiting for a client\n"
         out_servers.append({"device": dev, "cmd": argv, "rc": proc.returncode,
                             "output": out.decode("utf-8", "replace")[-20000:]})
+    for srv in detached or []:
+        while not os.path.exists(srv["out"]) and time.monotonic() < grace:
+            time.sleep(0.2)
+        try:
+            with open(srv["out"]) as fh:
+                got = json.load(fh)
+        except (OSError, ValueError):
+            try:
+                os.killpg(srv["pid"], 9)
+            except OSError:
+                pass
+            got = {"rc": 124, "output": "timed out waiting for a client\n"}
+        out_servers.append({"device": srv["device"], "cmd": srv["cmd"], "rc": got["rc"], "output": got["output"]})
+    if detached is not None:
+        shutil.rmtree(state, ignore_errors=True)
     print(json.dumps({"host": socket.gethostname(), "servers": out_servers, "clients": clients}))
+    return 0
+
+
+def serve_one(args) -> int:
+    """One detached ib_write_bw server: its output and exit status, written atomically to --out."""
+    res = run(args.argv, args.timeout)
+    tmp = args.out + ".tmp"
+    with open(tmp, "w") as fh:
+        json.dump({"rc": res["rc"], "output": res["output"][-20000:]}, fh)
+    os.replace(tmp, args.out)
     return 0
 
 
@@ -137,6 +191,12 @@ def main(argv: list[str]) -> int:
     b.add_argument("--gid-index", type=int)
     b.add_argument("--timeout", type=float, default=60)
     b.add_argument("--connect-wait", type=float, default=15)
+    b.add_argument("--serve-only", action="store_true")
+    b.add_argument("--state-dir")
+    o = sub.add_parser("serve-one")
+    o.add_argument("--out", required=True)
+    o.add_argument("--timeout", type=float, default=60)
+    o.add_argument("argv", nargs=argparse.REMAINDER)
     a = sub.add_parser("allreduce")
     a.add_argument("--hosts", required=True)
     a.add_argument("--ssh-config")
@@ -152,10 +212,15 @@ def main(argv: list[str]) -> int:
     except SystemExit as exc:
         return 2 if exc.code else 0
     bad = []
+    if args.mode == "serve-one":
+        args.argv = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
+        return serve_one(args)
     if args.mode == "ibbw":
         bad += [f"--devices: {d!r}" for d in args.devices.split(",") if d and not NAME.match(d)]
         if args.peer and not NAME.match(args.peer):
             bad.append(f"--peer: {args.peer!r}")
+        if args.state_dir and not os.path.isabs(args.state_dir):
+            bad.append(f"--state-dir: {args.state_dir!r} is not an absolute path")
         if not 1 <= args.port_base <= 65000:
             bad.append(f"--port-base: {args.port_base}")
     else:
