@@ -271,8 +271,8 @@ KNOBS: tuple[Knob, ...] = (
         "llmb_container_nvidia_gpus",
         "str",
         "gpus",
-        "how NVIDIA GPUs reach engine containers: gpus (--gpus all, the NVIDIA runtime hook) | cdi "
-        "(--device nvidia.com/gpu=all, a CDI spec; Docker 25+ with CDI on) | devices (--device /dev/nvidia*)",
+        "how NVIDIA GPUs reach engine containers: gpus (--gpus all) | cdi (--device nvidia.com/gpu=all) | "
+        "devices (--device /dev/nvidia*)",
         choices=("gpus", "cdi", "devices"),
     ),
     Knob(
