@@ -9,6 +9,7 @@ import importlib.machinery
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import time
 from pathlib import Path
@@ -35,8 +36,10 @@ def _fingerprint(cluster) -> str:
 
 
 def _report(run) -> dict:
-    rid = next(line.split("run ", 1)[1].split(":", 1)[0] for line in run.out.splitlines() if '"run e2e-' in line)
-    return json.loads((ROOT / "artifacts" / rid / "report.json").read_text())
+    """The run's report.json, named by report.yml's summary line (`run <id>: OK|FAILED`)."""
+    m = re.search(r"report\.html: (\S+?)/report\.html", run.out)
+    assert m, "no report.html line in the output:\n" + run.out[-3000:]
+    return json.loads((Path(m.group(1)) / "report.json").read_text())
 
 
 @pytest.fixture(scope="module")
