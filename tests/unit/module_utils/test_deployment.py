@@ -225,6 +225,7 @@ def test_results_writer(tmp_path):
     path = R.record(str(tmp_path), "serve", "gpu-01", {"services": ["a"], "ok": False})
     assert path == str(tmp_path / "serve" / "gpu-01.json")
     data = json.loads(Path(path).read_text())
+    assert data.pop("finished").endswith("Z")  # when the record was written (the report's durations)
     assert data == {"host": "gpu-01", "stage": "serve", "ok": False, "services": ["a"]}
     with pytest.raises(R.ResultError, match="host"):
         R.record(str(tmp_path), "serve", "../etc/passwd", {})
