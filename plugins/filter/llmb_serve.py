@@ -23,10 +23,22 @@ except ImportError:  # imported by the unit tests without Ansible
     AnsibleFilterError = ValueError  # type: ignore[misc,assignment]
 
 
+def service_secret_env(svc: dict, value=None) -> dict:
+    """{env name: value} of the secrets a plan service names but does not carry (api.api_key: the
+    engine's API key variable); {} when it names none. The value is the vaulted inventory variable."""
+    auth = (svc.get("api") or {}).get("api_key") if isinstance(svc, dict) else None
+    if not auth:
+        return {}
+    if value is None or str(value) == "":
+        raise ValueError(f"service {svc.get('name')}: the plan asks for {auth.get('var')} but it is not set")
+    return {str(auth["env"]): str(value)}
+
+
 class FilterModule:
     def filters(self):
         return {
             "llmb_systemd_exec": reraise(systemd_exec, ValueError, AnsibleFilterError),
             "llmb_systemd_unit": reraise(systemd_unit, ValueError, AnsibleFilterError),
             "llmb_environment_file": reraise(environment_file, ValueError, AnsibleFilterError),
+            "llmb_service_secret_env": reraise(service_secret_env, ValueError, AnsibleFilterError),
         }

@@ -78,13 +78,16 @@ def systemd_unit(svc: dict, etc_dir: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def environment_file(svc: dict) -> str:
+def environment_file(svc: dict, secrets: dict | None = None) -> str:
     """Body of <serve_etc_dir>/<name>.env: one NAME="value" line per variable, sorted by name
-    ignoring case (the order Jinja's dictsort gave before)."""
+    ignoring case (the order Jinja's dictsort gave before). ``secrets``: variables whose values the
+    plan does not carry (the API key, api.api_key of the plan), added here only."""
     name = unit_name(svc.get("name"), "service name")
     env = svc.get("env") or {}
     if not isinstance(env, dict):
         raise QuotingError(f"service {name}: environment: expected a mapping, found {env!r}")
+    if secrets:
+        env = {**env, **secrets}
     return "".join(env_assignment(k, env[k], name) + "\n" for k in sorted(env, key=lambda k: (str(k).lower(), str(k))))
 
 
