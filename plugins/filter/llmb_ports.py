@@ -1,7 +1,7 @@
 """Filters of the serve role's port check (controller side); the logic is llmb.ports.
 
     own:     "{{ hostvars['localhost'].llmb_deployment_doc | llmb_port_listeners(inventory_hostname) }}"
-    targets: "{{ hostvars['localhost'].llmb_deployment_doc | llmb_port_targets(inventory_hostname) }}"
+    targets: "{{ doc | llmb_port_targets(inventory_hostname, listen_results_of_every_host) }}"
     msgs:    "{{ probes | llmb_port_failures(listens) }}"   # registered results of every host -> lines
 """
 
@@ -27,8 +27,8 @@ def llmb_port_listeners(doc, host):
     return ports.own_listeners(doc, str(host))
 
 
-def llmb_port_targets(doc, host):
-    return ports.targets(doc, str(host))
+def llmb_port_targets(doc, host, listening=None):
+    return ports.targets(doc, str(host), listening)
 
 
 def llmb_port_failures(probes, listens=None):

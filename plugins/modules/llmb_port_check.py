@@ -35,6 +35,7 @@ RETURN = r"""
 opened: {description: Ports given a stand-in listener (listen)., type: list, returned: listen}
 in_use: {description: Ports already held by the plan's own service (listen)., type: list, returned: listen}
 taken: {description: Ports held by something else (listen)., type: list, returned: listen}
+starting: {description: Ports of a service running or starting that does not hold them yet; not probed (listen)., type: list, returned: listen}
 results: {description: One record per target with ok and message (probe)., type: list, returned: probe}
 """
 
@@ -59,7 +60,7 @@ def main():
     if p["mode"] == "listen":
         ports.stop_listeners(p["pidfile"])  # a run interrupted before its stop
         out = ports.hold_listeners(p["listeners"], p["hold_s"], p["pidfile"])
-        m.exit_json(changed=False, **out)
+        m.exit_json(changed=False, host=p["host"], **out)
     if p["mode"] == "probe":
         results = ports.probe(p["host"], p["targets"], p["timeout_s"])
         m.exit_json(changed=False, results=results, failed_pairs=sum(not r["ok"] for r in results))

@@ -102,11 +102,20 @@ def own_listeners(doc: dict[str, Any], host: str) -> list[dict[str, Any]]:
     return [lst for lst in listeners(doc) if lst["host"] == host]
 
 
-def targets(doc: dict[str, Any], host: str) -> list[dict[str, Any]]:
-    """The listeners of every other host, which `host` must reach (one per address and port)."""
+def targets(doc: dict[str, Any], host: str, listening: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """The listeners of every other host, which `host` must reach (one per address and port).
+
+    listening: the other hosts' hold_listeners results (each with its "host"); when given, only the
+    ports that answer now (a stand-in, or the plan's own service) are targets."""
+    answer = None
+    if listening is not None:
+        answer = {(r.get("host"), lst["port"]) for r in listening for key in ("opened", "in_use")
+                  for lst in (r or {}).get(key) or []}
     seen, out = set(), []
     for lst in listeners(doc):
         key = (lst["address"], lst["port"])
+        if answer is not None and (lst["host"], lst["port"]) not in answer:
+            continue
         if lst["host"] != host and key not in seen:
             seen.add(key)
             out.append(lst)
@@ -201,11 +210,27 @@ HOLD_SRC = (
 )
 
 
-def hold_listeners(own: list[dict[str, Any]], hold_s: float, pidfile: str) -> dict[str, Any]:
+def unit_state(name: str) -> str:
+    """ActiveState of a systemd unit ('' when systemctl cannot tell)."""
+    try:
+        out = subprocess.run(["systemctl", "show", "-p", "ActiveState", "--value", f"{name}.service"],
+                             capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return out.stdout.strip()
+
+
+def hold_listeners(own: list[dict[str, Any]], hold_s: float, pidfile: str, state=unit_state) -> dict[str, Any]:
     """Open a stand-in listener on every own port nothing listens on yet (on the node's cluster
-    address); report those already held: by the plan's own service (a later run) or by something else."""
-    socks, opened, in_use, taken = [], [], [], []
+    address); report those already held: by the plan's own service (a later run) or by something else.
+
+    A port of a service that is running or starting but does not hold it yet (a model still loading,
+    a unit waiting to be restarted by systemd) gets no stand-in: the service may bind it any moment.
+    It is reported as `starting` and not probed; its readiness and health are checked later."""
+    socks, opened, in_use, taken, starting = [], [], [], [], []
     for lst in own:
+        live = lst.get("kind") in ("systemd", "mpirun") and state(lst["service"]) in (
+            "active", "activating", "reloading", "deactivating")
         s = socket.socket(socket.AF_INET6 if ":" in lst["address"] else socket.AF_INET, socket.SOCK_STREAM)
         try:
             s.bind((lst["address"], lst["port"]))
@@ -215,6 +240,10 @@ def hold_listeners(own: list[dict[str, Any]], hold_s: float, pidfile: str) -> di
             who = holder(lst["port"])
             rec = dict(lst, error=exc.strerror or str(exc), holder=who)
             (in_use if exc.errno == errno.EADDRINUSE and owned_by(lst, who) else taken).append(rec)
+            continue
+        if live:
+            s.close()
+            starting.append(lst)
             continue
         socks.append(s)
         opened.append(lst)
@@ -229,7 +258,7 @@ def hold_listeners(own: list[dict[str, Any]], hold_s: float, pidfile: str) -> di
             s.close()
         with open(pidfile, "w") as fh:
             fh.write(f"{pid}\n")
-    return {"opened": opened, "in_use": in_use, "taken": taken, "pid": pid}
+    return {"opened": opened, "in_use": in_use, "taken": taken, "starting": starting, "pid": pid}
 
 
 def stop_listeners(pidfile: str, wait_s: float = 5.0) -> bool:

@@ -170,3 +170,17 @@ def test_failures_name_every_pair_and_taken_port():
 def test_the_flag_value_is_the_last_given():
     assert ports.flag_value(["x", "--host", "a", "--host=b"], "--host") == "b"
     assert ports.flag_value(["x", "--hostname", "a"], "--host") is None
+
+
+def test_a_port_of_a_service_running_or_starting_gets_no_stand_in_and_is_not_a_target(tmp_path):
+    port = _free_port()
+    out = ports.hold_listeners([_lst(port)], 30, str(tmp_path / "pid"), state=lambda name: "activating")
+    assert out["starting"] and not out["opened"] and out["pid"] is None
+    doc = {"hosts": {
+        "node1": {"address": "10.0.0.1", "plan": {"services": [
+            {"name": "llmb-ray", "kind": "systemd", "argv": ["/x"], "ports": [{"port": 6379, "purpose": "ray-gcs"}]},
+            {"name": "llmb-vllm", "kind": "systemd", "argv": ["/x"], "ports": [{"port": 8000, "purpose": "api"}]}]}},
+        "node2": {"address": "10.0.0.2", "plan": {"services": []}}}}
+    listening = [{"host": "node1", "opened": [{"port": 6379}], "in_use": [], "starting": [{"port": 8000}]}]
+    assert [t["port"] for t in ports.targets(doc, "node2", listening)] == [6379]
+    assert [t["port"] for t in ports.targets(doc, "node2")] == [6379, 8000]
