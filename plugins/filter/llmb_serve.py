@@ -15,7 +15,14 @@ if _MODULE_UTILS not in sys.path:
     sys.path.insert(0, _MODULE_UTILS)
 
 from llmb.plugin import reraise  # noqa: E402
-from llmb.serve import environment_file, systemd_exec, systemd_unit  # noqa: E402
+from llmb.serve import (  # noqa: E402
+    environment_file,
+    group_restart_unit,
+    group_target,
+    group_view,
+    systemd_exec,
+    systemd_unit,
+)
 
 try:
     from ansible.errors import AnsibleFilterError
@@ -41,4 +48,7 @@ class FilterModule:
             "llmb_systemd_unit": reraise(systemd_unit, ValueError, AnsibleFilterError),
             "llmb_environment_file": reraise(environment_file, ValueError, AnsibleFilterError),
             "llmb_service_secret_env": reraise(service_secret_env, ValueError, AnsibleFilterError),
+            "llmb_group_view": reraise(group_view, ValueError, AnsibleFilterError),
+            "llmb_group_target": reraise(group_target, ValueError, AnsibleFilterError),
+            "llmb_group_restart_unit": reraise(group_restart_unit, ValueError, AnsibleFilterError),
         }
