@@ -77,17 +77,17 @@ def test_the_key_is_in_the_0600_env_file_and_nowhere_else_on_the_node(cluster, a
 def test_the_port_check_names_a_blocked_port_before_any_service_is_touched(cluster, api):
     head = cluster.ip("node1")
     before = _unit(cluster, "node1", "llmb-vllm", "InvocationID")["InvocationID"]
-    # the Ray dashboard port: the double does not serve it, so the check's stand-in listener answers
-    rule = ["OUTPUT", "-p", "tcp", "-d", head, "--dport", "8265", "-j", "DROP"]
+    # the Ray GCS port, held by the running head: a firewall that drops (test_site.py rejects)
+    rule = ["OUTPUT", "-p", "tcp", "-d", head, "--dport", "6379", "-j", "DROP"]
     cluster.node("node2", "iptables", "-A", *rule)
     try:
         t0 = time.monotonic()
-        run = cluster.playbook("playbooks/serve.yml", "-e", "serve_smoke=false")
+        run = cluster.playbook("playbooks/serve.yml", "-e", '{"serve_smoke": false}')
         seconds = time.monotonic() - t0
     finally:
         cluster.node("node2", "iptables", "-D", *rule, check=False)
     assert run.rc != 0
-    assert f"node2 -> node1 {head}:8265 (llmb-ray ray-dashboard): no answer within 3 s" in run.out, run.out[-3000:]
+    assert f"node2 -> node1 {head}:6379 (llmb-ray ray-gcs): no answer within 3 s" in run.out, run.out[-3000:]
     assert "no service was started" in run.out
     assert "Systemd services of level" not in run.out  # failed before the first start level
     assert _unit(cluster, "node1", "llmb-vllm", "InvocationID")["InvocationID"] == before
