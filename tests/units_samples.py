@@ -115,6 +115,40 @@ def sample_services() -> list[tuple[str, str, dict]]:
     return out
 
 
+GROUP_TOOL = ["/usr/bin/python3", "/opt/llmb/bin/llmb-group"]  # the serve role's defaults
+
+
+def sample_groups() -> list[tuple[str, str, dict, list[dict]]]:
+    """(inventory, host, group view, unit services) of every sample host that is part of a serving
+    group of several nodes (llmb.serve.group_view on the deployment document, as the role computes it)."""
+    from llmb import deployment
+    from llmb.serve import group_view
+
+    out = []
+    for name in sample_inventories():
+        hv, groups = _launch_plan_script().load_inventory(str(REPO / "inventories" / name))
+        doc = deployment.resolve(hv, groups, data_dir=str(REPO / "data"))
+        for host, entry in sorted(doc["hosts"].items()):
+            group = group_view(doc, host, GROUP_TOOL, "/etc/llmb/ssh-mesh/ssh_config")
+            if group:
+                units = [s for s in entry["plan"]["services"] if s["kind"] in UNIT_KINDS]
+                out.append((name, host, group, units))
+    return out
+
+
+def render_group(group: dict, units: list[dict], etc_dir: str = "/etc/llmb") -> dict[str, str]:
+    """{file name: text} of a group host's units, its llmb-group.target and (head) restart unit,
+    rendered by the role's real templates."""
+    env = _jinja()
+    ctx = {"serve_etc_dir": etc_dir, "ansible_managed": ANSIBLE_MANAGED, "_serve_group": group}
+    out = {f"{svc['name']}.service": env.get_template("service.unit.j2").render(dict(ctx, item=svc))
+           for svc in units}
+    out["llmb-group.target"] = env.get_template("group.target.j2").render(ctx)
+    if group["is_head"]:
+        out["llmb-group-restart.service"] = env.get_template("group-restart.service.j2").render(ctx)
+    return out
+
+
 @lru_cache(maxsize=1)
 def _jinja():
     import jinja2

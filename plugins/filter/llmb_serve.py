@@ -15,12 +15,32 @@ if _MODULE_UTILS not in sys.path:
     sys.path.insert(0, _MODULE_UTILS)
 
 from llmb.plugin import reraise  # noqa: E402
-from llmb.serve import environment_file, replaced_containers, systemd_exec, systemd_unit, unit_state  # noqa: E402
+from llmb.serve import (  # noqa: E402
+    environment_file,
+    group_restart_unit,
+    group_target,
+    group_view,
+    replaced_containers,
+    systemd_exec,
+    systemd_unit,
+    unit_state,
+)
 
 try:
     from ansible.errors import AnsibleFilterError
 except ImportError:  # imported by the unit tests without Ansible
     AnsibleFilterError = ValueError  # type: ignore[misc,assignment]
+
+
+def service_secret_env(svc: dict, value=None) -> dict:
+    """{env name: value} of the secrets a plan service names but does not carry (api.api_key: the
+    engine's API key variable); {} when it names none. The value is the vaulted inventory variable."""
+    auth = (svc.get("api") or {}).get("api_key") if isinstance(svc, dict) else None
+    if not auth:
+        return {}
+    if value is None or str(value) == "":
+        raise ValueError(f"service {svc.get('name')}: the plan asks for {auth.get('var')} but it is not set")
+    return {str(auth["env"]): str(value)}
 
 
 class FilterModule:
@@ -31,4 +51,8 @@ class FilterModule:
             "llmb_environment_file": reraise(environment_file, ValueError, AnsibleFilterError),
             "llmb_replaced_containers": replaced_containers,
             "llmb_unit_state": unit_state,
+            "llmb_service_secret_env": reraise(service_secret_env, ValueError, AnsibleFilterError),
+            "llmb_group_view": reraise(group_view, ValueError, AnsibleFilterError),
+            "llmb_group_target": reraise(group_target, ValueError, AnsibleFilterError),
+            "llmb_group_restart_unit": reraise(group_restart_unit, ValueError, AnsibleFilterError),
         }

@@ -20,6 +20,7 @@ options:
   min_output_tok_s: {description: Minimum output token throughput., type: float}
   max_p99_s: {description: Maximum p99 latency in seconds., type: float}
   host: {description: Node of the endpoint (for messages)., type: str}
+  api_key: {description: "Bearer token when the server requires one (llmb_api_key).", type: str, no_log: true}
 attributes:
   check_mode: {support: full, description: Only sends requests.}
   diff_mode: {support: none}
@@ -47,12 +48,13 @@ def main():
             max_tokens=dict(type="int", default=64), min_success_rate=dict(type="float", default=1.0),
             warmup_requests=dict(type="int", default=0),
             min_output_tok_s=dict(type="float"), max_p99_s=dict(type="float"), host=dict(type="str"),
+            api_key=dict(type="str", no_log=True),
         ),
         supports_check_mode=True,
     )
     p = m.params
     res = run_bench(p["base_url"], p["model"], p["requests"], p["concurrency"], p["max_tokens"],
-                    warmup=p["warmup_requests"])
+                    warmup=p["warmup_requests"], token=p["api_key"])
     bad = gate(res, p["min_success_rate"], p["min_output_tok_s"], p["max_p99_s"])
     if bad:
         m.fail_json(msg=f"{p['host'] or p['base_url']}: benchmark below thresholds: " + "; ".join(bad), result=res)

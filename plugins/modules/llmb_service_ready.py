@@ -27,6 +27,7 @@ options:
   timeout_s: {description: Override of the plan's timeout., type: int}
   interval_s: {description: Seconds between probes., type: int, default: 5}
   log_lines: {description: Log lines shown on failure., type: int, default: 40}
+  api_key: {description: "Bearer token for /v1/models when the server requires one (llmb_api_key).", type: str, no_log: true}
 attributes:
   check_mode: {support: full, description: Only reads.}
   diff_mode: {support: none}
@@ -142,9 +143,12 @@ def tcp_open(host, port):
         return False
 
 
-def http_get(url, timeout=5):
+def http_get(url, timeout=5, token=None):
+    req = urllib.request.Request(url)
+    if token:
+        req.add_header("Authorization", f"Bearer {token}")
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as r:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
             return r.status, r.read()
     except urllib.error.HTTPError as e:
         return e.code, e.read()
@@ -165,6 +169,7 @@ def main():
             timeout_s=dict(type="int"),
             interval_s=dict(type="int", default=5),
             log_lines=dict(type="int", default=40),
+            api_key=dict(type="str", no_log=True),
         ),
         supports_check_mode=True,
     )
@@ -188,7 +193,7 @@ def main():
             last = f"GET {spec['url']} -> {status or 'connection refused'}"
             if status == 200:
                 base = spec["url"].rsplit("/", 1)[0]
-                mstatus, body = http_get(base + spec.get("models_path", "/v1/models"))
+                mstatus, body = http_get(base + spec.get("models_path", "/v1/models"), token=p["api_key"])
                 try:
                     models = [d.get("id") for d in json.loads(body or b"{}").get("data", [])]
                 except ValueError:

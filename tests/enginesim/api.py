@@ -28,6 +28,8 @@ class ApiConfig:
     tool_call_parser: str | None = None
     auto_tool_choice: bool = False
     faults: set[str] = field(default_factory=set)
+    # vLLM's --api-key / VLLM_API_KEY: a Bearer token required on /v1/* (401 without), /health open
+    api_keys: list[str] = field(default_factory=list)
 
 
 def _words(text: str) -> int:
@@ -189,7 +191,7 @@ class ApiServer:
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)
-                reason = {200: "OK", 400: "Bad Request", 404: "Not Found", 503: "Service Unavailable"}.get(
+                reason = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found", 503: "Service Unavailable"}.get(
                     status, ""
                 )
                 outer.log.raw(
@@ -200,7 +202,20 @@ class ApiServer:
             def _healthy(self) -> bool:
                 return outer.ready.is_set() and "never_healthy" not in outer.cfg.faults
 
+            def _unauthorized(self) -> bool:
+                # vLLM's AuthenticationMiddleware (0.19-0.23): paths under /v1 need
+                # "Authorization: Bearer <key>"; else 401 {"error": "Unauthorized"}
+                if not outer.cfg.api_keys or not self.path.startswith("/v1"):
+                    return False
+                scheme, _, token = (self.headers.get("Authorization") or "").partition(" ")
+                if scheme.lower() == "bearer" and token in outer.cfg.api_keys:
+                    return False
+                self._send(401, {"error": "Unauthorized"})
+                return True
+
             def do_GET(self):
+                if self._unauthorized():
+                    return None
                 if self.path == "/health":
                     return self._send(200 if self._healthy() else 503, b"")
                 if not self._healthy():
@@ -227,6 +242,8 @@ class ApiServer:
             def do_POST(self):
                 length = int(self.headers.get("Content-Length") or 0)
                 raw = self.rfile.read(length) if length else b""
+                if self._unauthorized():
+                    return None
                 if not self._healthy():
                     return self._send(503, {"error": {"message": "the model is still loading", "code": 503}})
                 try:

@@ -131,6 +131,7 @@ def serve(fs: dict, engine: str, args: dict, pos: list[str], log: runtime.Log) -
         tool_call_parser=tool_parser,
         auto_tool_choice=bool(args.get("--enable-auto-tool-choice")),
         faults=faults,
+        api_keys=_api_keys(fs, args),
     )
     host = args.get("--host") or "0.0.0.0"
     port = int(args.get("--port", 8000))
@@ -141,6 +142,15 @@ def serve(fs: dict, engine: str, args: dict, pos: list[str], log: runtime.Log) -
     server.ready.set()
     log.raw("INFO:     Application startup complete.")
     return runtime.wait_for_signal(log, "vllm serve")
+
+
+def _api_keys(fs: dict, args: dict) -> list[str]:
+    """--api-key (one or several) else the catalog's environment variable (vLLM: VLLM_API_KEY)."""
+    given = args.get("--api-key")
+    if isinstance(given, str):
+        given = [given]
+    env = fs.get("api_key_env")
+    return [k for k in (given or [os.environ.get(env) if env else None]) if k]
 
 
 def _wait_for_ray(world: int, log: runtime.Log) -> None:

@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 import pytest
-from units_samples import REPO, hostile_services, render, sample_services
+from units_samples import REPO, hostile_services, render, render_group, sample_groups, sample_services
 
 BOOT_TIMEOUT_S = 40
 RUN_TIMEOUT_S = 30
@@ -194,3 +194,32 @@ def test_trtllm_container_sshd_command_takes_the_mesh_directory_verbatim(node):
     assert p.returncode != 0 and f"{mesh}/sshd_config: line 1: Bad configuration option: NotAnOption" in err, err
     left = _run("docker", "exec", node, "sh", "-c", "ls /tmp/pwned* 2>/dev/null; true").stdout.decode()
     assert left == "", f"the shell ran part of the directory name: {left}"
+
+
+def test_group_units_target_and_restart_unit_verify(node):
+    """The serving group's files of every multi-node sample host (units with PartOf=, BindsTo=, the
+    member's ExecStartPre= wait and the ExecStopPost= hook, llmb-group.target, the head's
+    llmb-group-restart.service): systemd-analyze verify, one directory per host, finds nothing."""
+    groups = sample_groups()
+    assert {inv for inv, _h, _g, _u in groups} >= {"h800", "h800-dp-ep", "h200-sglang", "sim"}
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        _add(tar, "/opt/llmb/bin/llmb-group", (REPO / "plugins/module_utils/llmb/grouptool.py").read_bytes(), 0o755)
+        programs = {svc["argv"][0] for _i, _h, _g, units in groups for svc in units}
+        programs |= {svc["stop_argv"][0] for _i, _h, _g, units in groups for svc in units if svc.get("stop_argv")}
+        for prog in sorted(programs):
+            _add(tar, prog, STUB.encode(), 0o755)
+        for d, (inv, host, group, units) in enumerate(groups):
+            _add(tar, f"/srv/groups/{d}/label", f"{inv}/{host}".encode())
+            for fname, text in render_group(group, units).items():
+                _add(tar, f"/srv/groups/{d}/{fname}", text.encode())
+    _run("docker", "exec", "-i", node, "tar", "-C", "/", "--no-overwrite-dir", "-xf", "-", stdin=buf.getvalue())
+    script = (
+        'for d in /srv/groups/*/; do echo "@@@ $(cat "$d/label")"; '
+        'systemd-analyze verify "$d"*.service "$d"*.target 2>&1; echo "@@@ rc=$?"; done'
+    )
+    out = _run("docker", "exec", node, "sh", "-c", script, timeout=120).stdout.decode(errors="replace")
+    bad = [ln for ln in out.splitlines() if ln.strip() and not ln.startswith("@@@ ") or ln.startswith("@@@ rc=")
+           and ln != "@@@ rc=0"]
+    assert out.count("@@@ rc=") == len(groups), out
+    assert not bad, out

@@ -19,8 +19,11 @@ class _Client:
     """One worker's HTTP/1.1 connection, kept alive between requests as serving benchmarks' clients
     do (`vllm bench serve` reuses its connections); reopened when the server closed it."""
 
-    def __init__(self, url: str, timeout: float):
+    def __init__(self, url: str, timeout: float, token: str | None = None):
         u = urllib.parse.urlsplit(url)
+        self.headers = {"Content-Type": "application/json"}
+        if token:  # the API key (llmb_api_key) as vLLM takes it
+            self.headers["Authorization"] = f"Bearer {token}"
         cls = http.client.HTTPSConnection if u.scheme == "https" else http.client.HTTPConnection
         self.conn = cls(u.hostname or "127.0.0.1", u.port, timeout=timeout)
         self.path = u.path + (f"?{u.query}" if u.query else "")
@@ -28,7 +31,7 @@ class _Client:
     def post(self, body: bytes) -> tuple[bool, float, int, str]:
         t0 = time.perf_counter()
         try:
-            self.conn.request("POST", self.path, body=body, headers={"Content-Type": "application/json"})
+            self.conn.request("POST", self.path, body=body, headers=self.headers)
             r = self.conn.getresponse()
             raw = r.read()
             if r.status != 200:
@@ -54,14 +57,15 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def run_bench(base_url: str, model: str, requests: int = 32, concurrency: int = 4, max_tokens: int = 64,
-              prompt: str = "Write a haiku about GPUs.", timeout: float = 300, warmup: int = 0) -> dict:
+              prompt: str = "Write a haiku about GPUs.", timeout: float = 300, warmup: int = 0,
+              token: str | None = None) -> dict:
     """``warmup`` requests go first, one at a time, and are not counted (as `vllm bench serve`'s
     initial test request): kernels compiled on first use stay out of the figures."""
     url = base_url.rstrip("/") + "/chat/completions"
     body = json.dumps({"model": model, "messages": [{"role": "user", "content": prompt}],
                        "max_tokens": max_tokens, "temperature": 0}).encode()
     if warmup:
-        first = _Client(url, timeout)
+        first = _Client(url, timeout, token)
         for _ in range(warmup):
             first.post(body)
         first.close()
@@ -70,7 +74,7 @@ def run_bench(base_url: str, model: str, requests: int = 32, concurrency: int = 
     todo = list(range(requests))
 
     def worker():
-        client = _Client(url, timeout)
+        client = _Client(url, timeout, token)
         try:
             while True:
                 with lock:

@@ -432,7 +432,7 @@ def engine_errors(doc: Any) -> list[str]:
 # spelling: option the parser names first -> the option string the planner writes (e.g. SGLang's
 # --tensor-parallel-size is written --tp-size, as the recipes do); both are the same parser action.
 OVERLAY_KEYS = ("images", "image_suffix_by_platform", "supports_model_types", "planner_owned", "renamed",
-                "defaults", "config_checks", "versions", "source", "spelling", "requirements")
+                "defaults", "config_checks", "versions", "source", "spelling", "requirements", "api_key_env")
 
 
 def overlay_errors(doc: Any, generated: bool = False) -> list[str]:
@@ -445,6 +445,7 @@ def overlay_errors(doc: Any, generated: bool = False) -> list[str]:
             if key not in OVERLAY_KEYS and key != "engine":
                 errs.append(f"{key}: not an overlay key (one of {', '.join(OVERLAY_KEYS)}); "
                             "parser facts belong to the generated set")
+    _typecheck(doc, "api_key_env", str, errs, required=False)  # the engine's API key variable
     images = _typecheck(doc, "images", dict, errs, required=False) or {}
     for vendor in images:
         if vendor not in VENDORS:

@@ -46,8 +46,13 @@ UNIT_SERVICE_SETTINGS = (
 )
 
 
-def systemd_unit(svc: dict, etc_dir: str) -> str:
-    """Body of /etc/systemd/system/<name>.service for a plan service (kind systemd or mpirun)."""
+def systemd_unit(svc: dict, etc_dir: str, group: dict | None = None) -> str:
+    """Body of /etc/systemd/system/<name>.service for a plan service (kind systemd or mpirun).
+
+    group (group_view, several nodes): the unit is part of this node's llmb-group.target (PartOf=),
+    bound to the services of this node it depends on (BindsTo=, After=: stopped with them, started
+    after them), waits for the head's readiness port before it starts (a member's unit), and reports
+    its loss to the head (ExecStopPost=), which restarts the group in plan order (llmb.grouptool)."""
     name = unit_name(svc.get("name"), "service name")
     role = svc.get("role") or name
     env_file = absolute_path(
@@ -60,25 +65,130 @@ def systemd_unit(svc: dict, etc_dir: str) -> str:
         "After=network-online.target docker.service" if svc.get("kind") == "exec" else "After=network-online.target",
         "Wants=network-online.target",
         "StartLimitIntervalSec=0",
+    ]
+    if group:
+        lines.append(f"PartOf={GROUP_TARGET}")
+        for dep in (group.get("deps") or {}).get(name) or []:
+            dep = unit_name(dep, f"service {name}: depends_on")
+            lines += [f"BindsTo={dep}.service", f"After={dep}.service"]
+    lines += [
         "",
         "[Service]",
         "Type=simple",
         f"EnvironmentFile={env_file}",
-        f"ExecStart={systemd_exec(svc.get('argv'), name, 'ExecStart')}",
     ]
+    if group:
+        for host, port in (group.get("waits") or {}).get(name) or []:
+            argv = [*group["tool"], "wait", str(host), str(int(port)), str(int(group.get("wait_s") or 600))]
+            lines.append(f"ExecStartPre={systemd_exec(argv, name, 'ExecStartPre')}")
+    lines.append(f"ExecStart={systemd_exec(svc.get('argv'), name, 'ExecStart')}")
     if svc.get("stop_argv"):
         lines.append(f"ExecStop={systemd_exec(svc['stop_argv'], name, 'ExecStop')}")
+    if group:
+        head = "local" if group.get("is_head") else str(group["head_address"])
+        argv = [*group["tool"], "stopped", name, "--head", head, "--ssh-config", str(group["ssh_config"])]
+        lines.append(f"ExecStopPost={systemd_exec(argv, name, 'ExecStopPost')}")
     lines += [*UNIT_SERVICE_SETTINGS, f"SyslogIdentifier={name}", "", "[Install]", "WantedBy=multi-user.target"]
     return "\n".join(lines) + "\n"
 
 
-def environment_file(svc: dict) -> str:
+# --- the serving group (several nodes) ------------------------------------------------------
+GROUP_TARGET = "llmb-group.target"
+GROUP_RESTART = "llmb-group-restart.service"
+GROUP_SETTLE_S = 30
+UNIT_KINDS = ("systemd", "mpirun")
+
+
+def _ref(ref: str) -> tuple[str, str]:
+    host, _, svc = str(ref).partition("/")
+    return host, svc
+
+
+def group_view(doc: dict, host: str, tool: list[str], ssh_config: str, wait_s: int = 600) -> dict | None:
+    """The serving group as `host` runs it, from the deployment document: None on one node (systemd's
+    Restart= of the one unit is the group) or where the host runs no unit.
+
+    head: the host of rank 0 (the plan's head: Ray head, DP rank 0, node rank 0, mpirun launcher);
+    units: this host's systemd/mpirun services; deps: per unit, the services of this host it depends
+    on; waits: per unit, (address, port) of the TCP readiness of every service on another host it
+    depends on (a member waits for the head); members: on the head, the other hosts with units."""
+    hosts = doc.get("hosts") or {}
+    plans = {h: (e.get("plan") or {}) for h, e in hosts.items()}
+    unit_hosts = [h for h, p in plans.items() if any(s.get("kind") in UNIT_KINDS for s in p.get("services") or [])]
+    busy = [h for h, p in plans.items() if p.get("services")]
+    if len(busy) < 2 or host not in unit_hosts:
+        return None
+    head = min(hosts, key=lambda h: hosts[h].get("rank", 0))
+    by_ref = {f"{h}/{s['name']}": s for h, p in plans.items() for s in p.get("services") or []}
+    mine = [s for s in plans[host].get("services") or [] if s.get("kind") in UNIT_KINDS]
+    deps: dict[str, list[str]] = {}
+    waits: dict[str, list[list]] = {}
+    for svc in mine:
+        for ref in svc.get("depends_on") or []:
+            dep_host, dep_name = _ref(ref)
+            if dep_host == host:  # a container of this node is docker's, not a unit to bind to
+                if dep_name != svc["name"] and (by_ref.get(ref) or {}).get("kind") in UNIT_KINDS:
+                    deps.setdefault(svc["name"], []).append(dep_name)
+                continue
+            ready = (by_ref.get(ref) or {}).get("ready") or {}
+            if dep_host == head and ready.get("type") == "tcp":
+                waits.setdefault(svc["name"], []).append([ready["host"], int(ready["port"])])
+    return {
+        "target": GROUP_TARGET,
+        "head": head,
+        "is_head": host == head,
+        "head_address": hosts[head].get("address"),
+        "members": [hosts[h]["address"] for h in unit_hosts if h != head] if host == head else [],
+        "units": [s["name"] for s in mine],
+        "deps": deps,
+        "waits": waits,
+        "tool": [str(t) for t in tool],
+        "ssh_config": str(ssh_config),
+        "wait_s": int(wait_s),
+        "settle_s": GROUP_SETTLE_S,
+    }
+
+
+def group_target(group: dict) -> str:
+    """Body of llmb-group.target: this node's units of the group (restarting it restarts them all,
+    in the order their After= lines give)."""
+    units = " ".join(f"{unit_name(u, 'group unit')}.service" for u in group.get("units") or [])
+    what = unit_value(f"llm-bringup serving group, head {group.get('head')}", "group: Description (head)")
+    return "\n".join([
+        "[Unit]",
+        f"Description={what}",
+        f"Wants={units}",
+        "",
+        "[Install]",
+        "WantedBy=multi-user.target",
+    ]) + "\n"
+
+
+def group_restart_unit(group: dict) -> str:
+    """Body of llmb-group-restart.service (the head): restart the group here, then on every member."""
+    argv = [*group["tool"], "restart", "--settle", str(int(group.get("settle_s") or GROUP_SETTLE_S)),
+            "--ssh-config", str(group["ssh_config"]), *[str(m) for m in group.get("members") or []]]
+    return "\n".join([
+        "[Unit]",
+        "Description=llm-bringup: restart the serving group in plan order (head, then members)",
+        "",
+        "[Service]",
+        "Type=oneshot",
+        f"ExecStart={systemd_exec(argv, 'llmb-group-restart', 'ExecStart')}",
+        "SyslogIdentifier=llmb-group",
+    ]) + "\n"
+
+
+def environment_file(svc: dict, secrets: dict | None = None) -> str:
     """Body of <serve_etc_dir>/<name>.env: one NAME="value" line per variable, sorted by name
-    ignoring case (the order Jinja's dictsort gave before)."""
+    ignoring case (the order Jinja's dictsort gave before). ``secrets``: variables whose values the
+    plan does not carry (the API key, api.api_key of the plan), added here only."""
     name = unit_name(svc.get("name"), "service name")
     env = svc.get("env") or {}
     if not isinstance(env, dict):
         raise QuotingError(f"service {name}: environment: expected a mapping, found {env!r}")
+    if secrets:
+        env = {**env, **secrets}
     return "".join(env_assignment(k, env[k], name) + "\n" for k in sorted(env, key=lambda k: (str(k).lower(), str(k))))
 
 

@@ -57,6 +57,8 @@ class FlagSet:
     requirements: dict[str, Any] = field(default_factory=dict)
     rewrites: list[dict[str, Any]] = field(default_factory=list)
     allow_abbrev: bool = False
+    # environment variable the engine reads its API key from (hand overlay); None: flag only
+    api_key_env: str | None = None
 
     def __post_init__(self) -> None:
         self._alias: dict[str, str] = {}
@@ -254,6 +256,7 @@ def flagset_from_doc(data: Catalog, name: str, doc: dict[str, Any]) -> FlagSet:
         requirements=dict(gen.get("requirements") or {}),
         rewrites=list(gen.get("rewrites") or []),
         allow_abbrev=bool(gen.get("allow_abbrev", False)),
+        api_key_env=hand.get("api_key_env") or None,
     )
 
 

@@ -172,6 +172,13 @@ KNOBS: tuple[Knob, ...] = (
     _parallel("llmb_expert_parallel_size", None, "EP size for SGLang --ep-size / TRT-LLM --ep_size"),
     # ports and addresses ---------------------------------------------------------------
     Knob("llmb_api_host", "str", "0.0.0.0", "address the OpenAI API server binds", format="address"),
+    Knob(
+        "llmb_api_key",
+        "str",
+        None,
+        "API key clients send as a Bearer token (vault it); the engine reads it from its 0600 env file",
+        needs_plain=False,
+    ),
     _port("llmb_api_port", 8000, "OpenAI API port"),
     _port("llmb_ray_port", 6379, "Ray GCS port on the head (Ray mode)"),
     _port("llmb_ray_dashboard_port", 8265, "Ray dashboard port on the head (Ray mode)"),

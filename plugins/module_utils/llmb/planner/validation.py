@@ -15,6 +15,7 @@ from . import memory
 from .capabilities import EngineCaps
 from .containers import container_problems, default_image
 from .context import Context
+from .exposure import check_api_key
 from .inventory import is_loopback
 from .model import HostPlan, Problem
 from .topology import DP_RANKS, EVEN_SPLIT, WHOLE_NODES, Resolution, Sizes, Topology
@@ -327,6 +328,7 @@ def check_plan(ctx: Context, topo: Topology, engine_args: dict[str, Any], hosts:
     problems += check_fit(ctx, topo, engine_args)
     problems += check_image(ctx)
     problems += check_ports(ctx, hosts)
+    problems += check_api_key(ctx)
     return problems
 
 

@@ -7,6 +7,7 @@ from typing import Any
 from ...layout import engine_venv
 from .. import containers
 from ..context import Context
+from ..exposure import api_key_auth
 from ..flags import EngineArgs
 from ..inventory import Node
 from ..model import HostPlan, Problem, Service
@@ -195,6 +196,9 @@ def expose_api(ctx: Context, topo: Topology, svc: Service, node: Node, engine_ar
     svc.ports = [{"port": ctx.v["llmb_api_port"], "purpose": "api"}]
     svc.health = health_block(ctx, node)
     svc.api = api_block(ctx, topo, node, engine_args)
+    auth = api_key_auth(ctx)
+    if auth:  # the key's variable and the engine's env name; the value stays out of the plan
+        svc.api["api_key"] = auth
 
 
 def follow_head(ctx: Context, svc: Service, head: Node) -> None:

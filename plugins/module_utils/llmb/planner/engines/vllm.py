@@ -93,7 +93,7 @@ def _ray_argv(ctx: Context, fs: FlagSet, node: Node, head: Node, exe: str) -> li
             "--head": True,
             "--port": v["llmb_ray_port"],
             **values,
-            "--dashboard-host": "0.0.0.0",
+            "--dashboard-host": node.address,  # the cluster network only (docs/ports.md)
             "--dashboard-port": v["llmb_ray_dashboard_port"],
         }
     else:

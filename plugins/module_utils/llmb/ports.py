@@ -1,0 +1,296 @@
+"""The listening ports of a deployment, who binds what, and the port check before serve (stdlib, 3.9+).
+
+Every port comes from the launch plan (``services[].ports`` of each host's entry in the deployment
+document); nothing here derives a port again. What this module adds is the one table of how each
+purpose of port is bound (``BINDS``): by a flag of the service's own argv (its value is the bind
+address), by the ssh_mesh stage's sshd_config (``ListenAddress``, the node's cluster address), or by
+the engine itself on every interface where it has no option (Ray's gRPC servers, the torch.distributed
+store): those are listed with the reason, for docs/ports.md and the firewall.
+
+The port check (serve role, before any service starts) uses:
+- ``own_listeners(doc, host)``: what this host will listen on (a brief stand-in listener is opened
+  where nothing listens yet, by ``hold_listeners``);
+- ``targets(doc, host)``: every listener of every other host, which this host must reach;
+- ``probe(targets)``: a TCP connect to each, in parallel, naming the pair, the port and the service;
+- ``holder(port)``: who already holds a port on this node (a port taken by something else).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import socket
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from .procnet import TCP_LISTEN, addr, read_tables, rows, socket_inodes
+
+ANY = ("0.0.0.0", "::", "")
+
+# purpose of a plan port -> how its listener is bound. "flag": the argv flag whose value is the bind
+# address; "node": the node's cluster address (set outside argv, named by "by"); "any": every
+# interface, the engine has no option ("by" says why). The API may bind 0.0.0.0 (llmb_api_host).
+BINDS: dict[str, dict[str, str]] = {
+    "api": {"flag": "--host", "who": "clients of the API (any address llmb_api_host allows)"},
+    "ray-dashboard": {"flag": "--dashboard-host", "who": "operators on the cluster network"},
+    "dp-rpc": {"flag": "--data-parallel-address", "who": "the DP ranks of the other nodes"},
+    "sshd": {"node": "ListenAddress in <llmb_ssh_mesh_dir>/sshd_config (ssh_mesh role)",
+             "who": "mpirun from the other nodes' engine containers (cluster key only)"},
+    "ray-gcs": {"any": "Ray's gRPC servers bind every interface (src/ray/rpc/grpc_server.cc); Ray has no "
+                       "bind option", "who": "the Ray workers and vLLM on the other nodes"},
+    "dist-init": {"any": "the torch.distributed TCPStore of node rank 0 listens on every interface",
+                  "who": "the SGLang ranks of the other nodes"},
+}
+
+
+class PortsError(ValueError):
+    """A plan port whose purpose this module does not know how to bind."""
+
+
+def flag_value(argv: list[str], flag: str) -> str | None:
+    """The value of `flag` in argv (`--flag value` or `--flag=value`), the last one given."""
+    out = None
+    for i, tok in enumerate(argv):
+        tok = str(tok)
+        if tok == flag and i + 1 < len(argv):
+            out = str(argv[i + 1])
+        elif tok.startswith(flag + "="):
+            out = tok[len(flag) + 1:]
+    return out
+
+
+def bind_of(svc: dict[str, Any], purpose: str, address: str) -> tuple[str, str]:
+    """(bind address, how it is known) of one listener of a plan service on a node of `address`."""
+    rule = BINDS.get(purpose)
+    if rule is None:
+        raise PortsError(
+            f"service {svc.get('name')}: port purpose {purpose!r} has no entry in llmb.ports.BINDS; "
+            "add how the engine binds it (a flag of its argv, the node address, or every interface and why)"
+        )
+    if "flag" in rule:
+        argv = [str(a) for a in (svc.get("argv") or [])]
+        value = flag_value(argv, rule["flag"])
+        if value is None:
+            return "0.0.0.0", f"{rule['flag']} not given: the engine's default"
+        return value, rule["flag"]
+    if "node" in rule:
+        return address, rule["node"]
+    return "0.0.0.0", rule["any"]
+
+
+def listeners(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every listener of the deployment: host, address, service, purpose, port, bind, how, who."""
+    out = []
+    for host, entry in sorted((doc.get("hosts") or {}).items()):
+        plan = entry.get("plan") or {}
+        address = entry.get("address") or plan.get("address")
+        for svc in plan.get("services") or []:
+            for p in svc.get("ports") or []:
+                bind, how = bind_of(svc, p["purpose"], address)
+                out.append({
+                    "host": host, "address": address, "service": svc["name"], "kind": svc.get("kind"),
+                    "purpose": p["purpose"], "port": int(p["port"]), "bind": bind, "how": how,
+                    "who": BINDS[p["purpose"]]["who"],
+                })
+    return out
+
+
+def own_listeners(doc: dict[str, Any], host: str) -> list[dict[str, Any]]:
+    return [lst for lst in listeners(doc) if lst["host"] == host]
+
+
+def targets(doc: dict[str, Any], host: str, listening: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """The listeners of every other host, which `host` must reach (one per address and port).
+
+    listening: the other hosts' hold_listeners results (each with its "host"); when given, only the
+    ports that answer now (a stand-in, or the plan's own service) are targets."""
+    answer = None
+    if listening is not None:
+        answer = {(r.get("host"), lst["port"]) for r in listening for key in ("opened", "in_use")
+                  for lst in (r or {}).get(key) or []}
+    seen, out = set(), []
+    for lst in listeners(doc):
+        key = (lst["address"], lst["port"])
+        if answer is not None and (lst["host"], lst["port"]) not in answer:
+            continue
+        if lst["host"] != host and key not in seen:
+            seen.add(key)
+            out.append(lst)
+    return out
+
+
+# --------------------------------------------------------------------------- on the node
+def connect(address: str, port: int, timeout: float) -> str | None:
+    """None when a TCP connection to address:port opens; else why not (refused, timed out, ...)."""
+    try:
+        with socket.create_connection((address, port), timeout=timeout):
+            return None
+    except TimeoutError:
+        return f"no answer within {timeout:g} s (dropped by a firewall, or the address is not reachable)"
+    except OSError as exc:
+        if exc.errno == errno.ECONNREFUSED:
+            return "connection refused (nothing listens there, or a firewall rejects it)"
+        if exc.errno == errno.EHOSTUNREACH:
+            return "no route to host (a firewall rejects it, or the address is wrong)"
+        return exc.strerror or str(exc)
+
+
+def probe(host: str, tgts: list[dict[str, Any]], timeout: float = 3.0) -> list[dict[str, Any]]:
+    """Connect to every target at once; one record per target with ok and, on failure, the message."""
+    def one(t: dict[str, Any]) -> dict[str, Any]:
+        why = connect(t["address"], t["port"], timeout)
+        rec = {"from": host, "to": t["host"], "address": t["address"], "port": t["port"],
+               "service": t["service"], "purpose": t["purpose"], "ok": why is None}
+        if why is not None:
+            rec["message"] = (f"{host} -> {t['host']} {t['address']}:{t['port']} ({t['service']} "
+                              f"{t['purpose']}): {why}")
+        return rec
+
+    if not tgts:
+        return []
+    with ThreadPoolExecutor(max_workers=min(32, len(tgts))) as pool:
+        return list(pool.map(one, tgts))
+
+
+def holder(port: int, proc: str = "/proc") -> dict[str, Any] | None:
+    """{pid, comm, unit} of the process listening on TCP `port` on this node, or None."""
+    inodes = {ino for text in read_tables(f"{proc}/net") for local, _r, ino in rows(text, TCP_LISTEN)
+              if addr(local)[1] == port}
+    if not inodes:
+        return None
+    for entry in os.listdir(proc):
+        if entry.isdigit() and socket_inodes(proc, int(entry)) & inodes:
+            return {"pid": int(entry), "comm": _read(f"{proc}/{entry}/comm"), "unit": _unit(proc, int(entry))}
+    return {"pid": None, "comm": None, "unit": None}  # another namespace's process, or gone
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            return fh.read().strip()
+    except OSError:
+        return None
+
+
+def _unit(proc: str, pid: int) -> str | None:
+    """The systemd unit (or docker scope) of a process, from its cgroup path."""
+    text = _read(f"{proc}/{pid}/cgroup") or ""
+    for line in text.splitlines():
+        path = line.rsplit(":", 1)[-1]
+        for part in reversed(path.split("/")):
+            if part.endswith((".service", ".scope")):
+                return part
+    return None
+
+
+def owned_by(service: dict[str, Any], who: dict[str, Any] | None) -> bool:
+    """Whether the process holding a port belongs to the plan's own service (a later run)."""
+    unit = (who or {}).get("unit") or ""
+    if service.get("kind") in ("container", "mpirun"):  # a process in the engine container
+        return unit.startswith("docker-") and unit.endswith(".scope")
+    return unit == f"{service['service']}.service"
+
+
+# The stand-in listeners: sockets bound here and handed to a detached process that accepts and closes
+# connections until it is stopped or `hold_s` passes. Constant code; its inputs are argv (numbers).
+HOLD_SRC = (
+    "import select,socket,sys,time\n"
+    "end=time.monotonic()+float(sys.argv[1])\n"
+    "ss=[socket.socket(fileno=int(f)) for f in sys.argv[2:]]\n"
+    "while ss and time.monotonic()<end:\n"
+    " r,_,_=select.select(ss,[],[],0.5)\n"
+    " for s in r:\n"
+    "  try:\n"
+    "   c,_=s.accept();c.close()\n"
+    "  except OSError:\n"
+    "   pass\n"
+)
+
+
+def unit_state(name: str) -> str:
+    """ActiveState of a systemd unit ('' when systemctl cannot tell)."""
+    try:
+        out = subprocess.run(["systemctl", "show", "-p", "ActiveState", "--value", f"{name}.service"],
+                             capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return out.stdout.strip()
+
+
+def hold_listeners(own: list[dict[str, Any]], hold_s: float, pidfile: str, state=unit_state) -> dict[str, Any]:
+    """Open a stand-in listener on every own port nothing listens on yet (on the node's cluster
+    address); report those already held: by the plan's own service (a later run) or by something else.
+
+    A port of a service that is running or starting but does not hold it yet (a model still loading,
+    a unit waiting to be restarted by systemd) gets no stand-in: the service may bind it any moment.
+    It is reported as `starting` and not probed; its readiness and health are checked later."""
+    socks, opened, in_use, taken, starting = [], [], [], [], []
+    for lst in own:
+        live = lst.get("kind") in ("systemd", "mpirun") and state(lst["service"]) in (
+            "active", "activating", "reloading", "deactivating")
+        s = socket.socket(socket.AF_INET6 if ":" in lst["address"] else socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            s.bind((lst["address"], lst["port"]))
+            s.listen(64)
+        except OSError as exc:
+            s.close()
+            who = holder(lst["port"])
+            rec = dict(lst, error=exc.strerror or str(exc), holder=who)
+            (in_use if exc.errno == errno.EADDRINUSE and owned_by(lst, who) else taken).append(rec)
+            continue
+        if live:
+            s.close()
+            starting.append(lst)
+            continue
+        socks.append(s)
+        opened.append(lst)
+    pid = None
+    if socks:
+        fds = [s.fileno() for s in socks]
+        child = subprocess.Popen([sys.executable, "-c", HOLD_SRC, str(hold_s), *map(str, fds)], pass_fds=fds,
+                                 start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.DEVNULL, close_fds=True)
+        pid = child.pid
+        for s in socks:
+            s.close()
+        with open(pidfile, "w") as fh:
+            fh.write(f"{pid}\n")
+    return {"opened": opened, "in_use": in_use, "taken": taken, "starting": starting, "pid": pid}
+
+
+def stop_listeners(pidfile: str, wait_s: float = 5.0) -> bool:
+    """Stop the stand-in listeners of hold_listeners; True when one was running."""
+    try:
+        with open(pidfile) as fh:
+            pid = int(fh.read().strip())
+    except (OSError, ValueError):
+        return False
+    try:
+        os.kill(pid, 15)
+    except OSError:
+        pid = 0
+    deadline = time.monotonic() + wait_s
+    while pid and time.monotonic() < deadline:
+        try:
+            done, _ = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:  # not our child (another module run): poll for its end
+            done = 0 if os.path.exists(f"/proc/{pid}") else pid
+        if done:
+            break
+        time.sleep(0.05)
+    try:
+        os.unlink(pidfile)
+    except OSError:
+        pass
+    return bool(pid)
+
+
+def taken_message(host: str, rec: dict[str, Any]) -> str:
+    who = rec.get("holder") or {}
+    by = (f"pid {who['pid']} ({who.get('comm') or '?'}, {who.get('unit') or 'no unit'})" if who.get("pid")
+          else "a process this check cannot see")
+    return (f"{host}: port {rec['port']} ({rec['service']} {rec['purpose']}) on {rec['address']} is taken by "
+            f"{by}: {rec['error']}; stop it or choose another port in the inventory")

@@ -1,0 +1,186 @@
+"""Closed by default, over every sample inventory's plan: no listener binds every interface apart from
+the API (and the two the engines give no bind option, each named with its reason); the API key's
+variable (never its value) reaches the plan; the port check's targets are the other hosts' plan ports."""
+
+from __future__ import annotations
+
+import json
+import socket
+from pathlib import Path
+
+import pytest
+from llmb import deployment as D
+from llmb import ports
+from llmb.planner import PlanError, plan_inventory
+from planner_helpers import load_inventory
+from test_planner_data import SAMPLES
+
+# listeners whose engine binds every interface and offers no option (docs/ports.md says so)
+UNBINDABLE = {"ray-gcs", "dist-init"}
+
+
+@pytest.mark.parametrize("name", SAMPLES)
+def test_no_listener_of_a_sample_plan_binds_every_interface_apart_from_the_api(name):
+    doc = D.resolve(*load_inventory(name))
+    assert doc["planned"], doc["problems"]
+    found = ports.listeners(doc)
+    assert found, name
+    for lst in found:
+        if lst["purpose"] == "api" or lst["purpose"] in UNBINDABLE:
+            continue
+        assert lst["bind"] not in ports.ANY, lst
+        assert lst["bind"] == lst["address"], lst  # the node's own cluster address
+    for lst in found:
+        if lst["purpose"] in UNBINDABLE:
+            assert "every interface" in ports.BINDS[lst["purpose"]]["any"] and lst["bind"] == "0.0.0.0"
+
+
+def test_every_port_purpose_of_the_samples_is_in_the_docs():
+    text = (Path(__file__).resolve().parents[4] / "docs" / "ports.md").read_text()
+    purposes = {lst["purpose"] for n in SAMPLES for lst in ports.listeners(D.resolve(*load_inventory(n)))}
+    assert purposes <= set(ports.BINDS)
+    for purpose in ports.BINDS:
+        assert f"`{purpose}`" in text, purpose
+
+
+def test_a_port_purpose_nobody_classified_is_refused_by_name():
+    svc = {"name": "llmb-x", "argv": ["/x"], "ports": [{"port": 1, "purpose": "mystery"}]}
+    doc = {"hosts": {"a": {"address": "10.0.0.1", "plan": {"services": [svc]}}}}
+    with pytest.raises(ports.PortsError, match="llmb-x.*'mystery'.*BINDS"):
+        ports.listeners(doc)
+
+
+def test_the_ray_dashboard_is_bound_to_the_heads_cluster_address():
+    doc = D.resolve(*load_inventory("h800"))
+    (dash,) = [lst for lst in ports.listeners(doc) if lst["purpose"] == "ray-dashboard"]
+    head = doc["hosts"][dash["host"]]["address"]
+    assert dash["bind"] == head and dash["how"] == "--dashboard-host"
+
+
+def test_targets_are_the_other_hosts_ports_once_each():
+    doc = D.resolve(*load_inventory("h800-dp-ep"))
+    hosts = sorted(doc["hosts"])
+    assert ports.targets(doc, hosts[1])  # the headless rank reaches rank 0's API and DP RPC ports
+    for host in hosts:
+        tg = ports.targets(doc, host)
+        assert all(t["host"] != host for t in tg)
+        others = {(lst["address"], lst["port"]) for lst in ports.listeners(doc) if lst["host"] != host}
+        assert {(t["address"], t["port"]) for t in tg} == others
+    own = ports.own_listeners(doc, hosts[0])
+    assert {lst["purpose"] for lst in own} >= {"api", "dp-rpc"}
+
+
+# --- the API key ---------------------------------------------------------------------------------
+def _with_key(name: str, key="sk-secret-value-1"):
+    hv, groups = load_inventory(name)
+    for h in hv.values():
+        h["llmb_api_key"] = key
+    return hv, groups
+
+
+def test_an_api_key_gives_the_api_its_variable_and_env_name_and_never_the_value():
+    hv, groups = _with_key("h800-dp-ep")
+    planned = plan_inventory(hv, groups)
+    text = json.dumps(planned.to_list())
+    assert "sk-secret-value-1" not in text
+    apis = [s for p in planned.to_list() for s in p["services"] if s["api"]]
+    assert apis and all(s["api"]["api_key"] == {"var": "llmb_api_key", "env": "VLLM_API_KEY"} for s in apis)
+    assert all("--api-key" not in s["argv"] for p in planned.to_list() for s in p["services"])
+
+
+def test_without_a_key_the_api_block_has_none():
+    planned = plan_inventory(*load_inventory("h800-dp-ep"))
+    assert all("api_key" not in (s["api"] or {}) for p in planned.to_list() for s in p["services"])
+
+
+@pytest.mark.parametrize("name", ["h200-sglang", "h200-trtllm"])
+def test_a_key_for_an_engine_that_cannot_read_it_from_the_environment_is_refused(name):
+    with pytest.raises(PlanError) as err:
+        plan_inventory(*_with_key(name))
+    (problem,) = [p for p in err.value.problems if p.check == "exposure"]
+    assert "llmb_api_key" in problem.message and "sk-secret" not in problem.format()
+
+
+def test_the_api_key_flag_is_planner_owned():
+    hv, groups = load_inventory("h100")
+    for h in hv.values():
+        h["llmb_engine_args"] = {"--api-key": "x"}
+    with pytest.raises(PlanError) as err:
+        plan_inventory(hv, groups)
+    assert any("--api-key" in p.message for p in err.value.problems)
+
+
+# --- the check itself, on this machine's loopback ------------------------------------------------
+def _lst(port, service="llmb-ray", purpose="ray-gcs", host="node1"):
+    return {"host": host, "address": "127.0.0.1", "service": service, "kind": "systemd", "purpose": purpose,
+            "port": port}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_stand_in_listeners_answer_until_stopped(tmp_path):
+    port = _free_port()
+    pidfile = str(tmp_path / "pid")
+    out = ports.hold_listeners([_lst(port)], 30, pidfile)
+    try:
+        assert [o["port"] for o in out["opened"]] == [port] and not out["taken"]
+        (rec,) = ports.probe("node2", [_lst(port)], 2)
+        assert rec["ok"], rec
+    finally:
+        assert ports.stop_listeners(pidfile)
+    (rec,) = ports.probe("node2", [_lst(port)], 2)
+    assert not rec["ok"]
+    assert rec["message"].startswith(f"node2 -> node1 127.0.0.1:{port} (llmb-ray ray-gcs): connection refused")
+
+
+def test_a_port_held_by_another_process_is_reported_taken(tmp_path):
+    squatter = socket.socket()
+    squatter.bind(("127.0.0.1", 0))
+    squatter.listen(1)
+    port = squatter.getsockname()[1]
+    try:
+        out = ports.hold_listeners([_lst(port)], 30, str(tmp_path / "pid"))
+        assert not out["opened"] and out["pid"] is None
+        (taken,) = out["taken"]
+        msg = ports.taken_message("node1", taken)
+        assert f"node1: port {port} (llmb-ray ray-gcs) on 127.0.0.1 is taken by pid" in msg
+    finally:
+        squatter.close()
+
+
+def test_failures_name_every_pair_and_taken_port():
+    import sys
+    from importlib import import_module
+
+    sys.path.insert(0, str(Path(ports.__file__).resolve().parents[2] / "filter"))
+    f = import_module("llmb_ports")
+    probes = [{"results": [{"ok": True}, {"ok": False, "message": "node2 -> node1 10.0.0.1:6379 (llmb-ray ray-gcs): x"}]}]
+    listens = [{"taken": [dict(_lst(8000, "llmb-vllm", "api"), error="Address in use",
+                               holder={"pid": 7, "comm": "nginx", "unit": "nginx.service"})]}]
+    lines = f.llmb_port_failures(probes, listens)
+    assert lines == ["node1: port 8000 (llmb-vllm api) on 127.0.0.1 is taken by pid 7 (nginx, nginx.service): "
+                     "Address in use; stop it or choose another port in the inventory",
+                     "node2 -> node1 10.0.0.1:6379 (llmb-ray ray-gcs): x"]
+
+
+def test_the_flag_value_is_the_last_given():
+    assert ports.flag_value(["x", "--host", "a", "--host=b"], "--host") == "b"
+    assert ports.flag_value(["x", "--hostname", "a"], "--host") is None
+
+
+def test_a_port_of_a_service_running_or_starting_gets_no_stand_in_and_is_not_a_target(tmp_path):
+    port = _free_port()
+    out = ports.hold_listeners([_lst(port)], 30, str(tmp_path / "pid"), state=lambda name: "activating")
+    assert out["starting"] and not out["opened"] and out["pid"] is None
+    doc = {"hosts": {
+        "node1": {"address": "10.0.0.1", "plan": {"services": [
+            {"name": "llmb-ray", "kind": "systemd", "argv": ["/x"], "ports": [{"port": 6379, "purpose": "ray-gcs"}]},
+            {"name": "llmb-vllm", "kind": "systemd", "argv": ["/x"], "ports": [{"port": 8000, "purpose": "api"}]}]}},
+        "node2": {"address": "10.0.0.2", "plan": {"services": []}}}}
+    listening = [{"host": "node1", "opened": [{"port": 6379}], "in_use": [], "starting": [{"port": 8000}]}]
+    assert [t["port"] for t in ports.targets(doc, "node2", listening)] == [6379]
+    assert [t["port"] for t in ports.targets(doc, "node2")] == [6379, 8000]
