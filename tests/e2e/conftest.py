@@ -19,6 +19,8 @@ from perf_common import ansible_env  # noqa: E402
 
 CLUSTER = os.environ.get("LLMB_E2E_CLUSTER", "e2e")
 KEEP = os.environ.get("LLMB_E2E_KEEP") == "1"  # leave the cluster up after the session
+LOGIN = os.environ.get("LLMB_E2E_LOGIN", "sudo")  # sudo (NOPASSWD) | sudo-password (vaulted) | root
+NODE_OS = os.environ.get("LLMB_E2E_OS", "bookworm")  # the full suite's node OS (bookworm | trixie)
 # LLMB_E2E_REUSE=1: run against the cluster already up under that name (quick loops)
 
 
@@ -50,11 +52,16 @@ class Cluster:
         self.inventory = inventory
         self.hf_url = hf_url
         self.hf_root = hf_root
-        self.nodes = json.loads((inventory.parent / "cluster.json").read_text())["nodes"]
+        info = json.loads((inventory.parent / "cluster.json").read_text())
+        self.nodes = info["nodes"]
+        self.login = info.get("login", "root")
+        self.vault_password_file = info.get("vault_password_file")  # --login sudo-password
 
     def playbook(self, playbook: str, *args: str, env: dict | None = None, timeout: int = 1500) -> Run:
         e = ansible_env()
         e.update({"LLMB_RUN_ID": f"e2e-{int(time.time() * 1000)}", "ANSIBLE_NOCOLOR": "1"})
+        if self.vault_password_file:
+            e["ANSIBLE_VAULT_PASSWORD_FILE"] = self.vault_password_file
         e.update(env or {})
         t0 = time.monotonic()
         proc = subprocess.run([str(ROOT / ".venv/bin/ansible-playbook"), "-i", str(self.inventory), playbook, *args,
@@ -73,6 +80,12 @@ class Cluster:
         return next(n["ip"] for n in self.nodes if n["node"] == name)
 
 
+def pytest_collection_modifyitems(items):
+    """test_site.py first (its converge test brings the shared cluster up from a fresh, untouched
+    state, with the dry run before it); the other files' tests keep their order after it."""
+    items.sort(key=lambda item: 0 if item.path.name == "test_site.py" else 1)
+
+
 def _gateway(network: str) -> str:
     out = subprocess.run(["docker", "network", "inspect", "-f", "{{(index .IPAM.Config 0).Gateway}}", network],
                          capture_output=True, text=True, check=True).stdout.strip()
@@ -85,7 +98,7 @@ def cluster(tmp_path_factory):
     reuse = os.environ.get("LLMB_E2E_REUSE") == "1" and (ROOT / ".cache/sim" / CLUSTER / "hosts.yml").exists()
     if not reuse:
         subprocess.run([sim, "up", "--name", CLUSTER, "--nodes", "2", "--profile", "h800-hgx8", "--engine-double",
-                        "--vars-from", str(ROOT / "inventories/sim")], check=True)
+                        "--vars-from", str(ROOT / "inventories/sim"), "--login", LOGIN, "--os", NODE_OS], check=True)
     inv = Path(subprocess.run([sim, "inventory", "--name", CLUSTER], capture_output=True, text=True,
                               check=True).stdout.strip())
     hf_root = tmp_path_factory.mktemp("hub")

@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
+from checkmode import compare
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -18,8 +19,15 @@ def _fail_text(run) -> str:
 
 
 def test_site_converges_all_stages(cluster):
+    # The operator's first command on untouched nodes: a dry run through every stage (docs/check-mode.md).
+    dry = cluster.playbook("site.yml", "--check", "--diff")
+    assert dry.rc == 0, "dry run on a fresh cluster failed:\n" + _fail_text(dry)
     run = cluster.playbook("site.yml")
     assert run.rc == 0, _fail_text(run)
+    only_dry, only_real = compare(dry.out, run.out)
+    assert not only_dry and not only_real, (
+        f"the dry run ({dry.seconds:.0f}s) said other than the real run did: reported but not changed "
+        f"{sorted(only_dry)}; changed but not reported {sorted(only_real)} (docs/check-mode.md)")
     recap = run.recap()
     assert set(recap) >= {"node1", "node2"}
     assert all(r["failed"] == 0 and r["unreachable"] == 0 for r in recap.values()), recap

@@ -1,0 +1,57 @@
+"""What the toolkit relies on in a node's operating system, checked by preflight (playbooks/preflight.yml)
+from the node's minimal facts, and the node OSes the end-to-end suite boots (README, "Node operating
+systems"). No Ansible imports: the filter llmb_node_os_problems is a thin wrapper."""
+
+from __future__ import annotations
+
+from typing import Any
+
+MIN_PYTHON = (3, 9)
+# (distribution, major version) -> release name: the simulated cluster's images (scripts/build-node-image)
+TESTED: dict[tuple[str, str], str] = {("Debian", "12"): "bookworm", ("Debian", "13"): "trixie"}
+TESTED_TEXT = ", ".join(f"{d} {v} ({n})" for (d, v), n in TESTED.items())
+SSHD_HOST_KEY = "/etc/ssh/ssh_host_ed25519_key.pub"
+
+
+def _get(facts: dict[str, Any], key: str) -> Any:
+    return facts.get(key, facts.get("ansible_" + key))
+
+
+def os_problems(host: str, facts: dict[str, Any]) -> list[str]:
+    """Every missing fact the toolkit relies on, each naming the host, the check, expected and found."""
+    out: list[str] = []
+    system = _get(facts, "system")
+    if system != "Linux":
+        out.append(f"{host}: preflight os: expected Linux, found {system or 'unknown'}; the toolkit drives Linux nodes only")
+    py = _get(facts, "python") or {}
+    ver = py.get("version") or {}
+    try:
+        found = (int(ver.get("major")), int(ver.get("minor")))
+    except (TypeError, ValueError):
+        found = None
+    if found is None or found[0] != 3 or found < MIN_PYTHON:
+        shown = f"{found[0]}.{found[1]}" if found else "unknown"
+        out.append(
+            f"{host}: preflight python: expected python3 >= {MIN_PYTHON[0]}.{MIN_PYTHON[1]} (node-side modules), found "
+            f"{shown} at {py.get('executable') or 'unknown'}; install python3 >= 3.9 or point "
+            "ansible_python_interpreter at one")
+    mgr = _get(facts, "service_mgr")
+    if mgr != "systemd":
+        out.append(
+            f"{host}: preflight systemd: expected systemd as the service manager (the serve stage writes units, the "
+            f"weights relay runs under systemd-run), found {mgr or 'unknown'}")
+    if not _get(facts, "ssh_host_key_ed25519_public"):
+        out.append(
+            f"{host}: preflight sshd: expected sshd with an ed25519 host key ({SSHD_HOST_KEY}; the SSH mesh pins it), "
+            "found none; install openssh-server and run ssh-keygen -A")
+    return out
+
+
+def os_untested(host: str, facts: dict[str, Any]) -> str | None:
+    """A note when the node's OS is not one the suite tests (it may still work: the checks above passed)."""
+    dist = str(_get(facts, "distribution") or "unknown")
+    major = str(_get(facts, "distribution_major_version") or "?")
+    if (dist, major) in TESTED:
+        return None
+    return (f"{host}: preflight os: {dist} {major} is not among the tested node OSes ({TESTED_TEXT}); "
+            "the facts the toolkit relies on are present, so the run goes on")
