@@ -55,7 +55,7 @@ def render(p: Progress, title: str):
     stages = p.stages()
     for s in stages:
         t.add_column(s)
-    t.add_column("weights")
+    t.add_column("weights fetched")
     for h in p.hosts:
         row = [h]
         for s in stages:
