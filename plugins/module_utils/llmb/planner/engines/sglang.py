@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from .. import containers
 from .. import topology as shared
 from ..capabilities import EngineCaps
 from ..context import Context
@@ -13,7 +14,6 @@ from ..flags import EngineArgs, overlay_for
 from ..inventory import Node
 from ..model import HostPlan, Problem, Service
 from ..topology import Sizes, Topology
-from .. import containers
 from . import common
 
 CAPS = EngineCaps(
