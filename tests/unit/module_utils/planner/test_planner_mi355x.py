@@ -7,7 +7,12 @@ import sys
 from pathlib import Path
 
 from planner_helpers import assert_container_matches, flagset_of, parse_docker_run, recipe_tokens, service
-from test_planner_golden import SEED_003_ROCM_DOCKER, SEED_003_ROCM_ENV, SEED_003_ROCM_SERVE, assert_serve_flags
+from test_planner_golden import (
+    SEED_003_ROCM_DOCKER,
+    SEED_003_ROCM_ENV,
+    SEED_003_ROCM_SERVE,
+    assert_serve_flags,
+)
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "hw"))
 
