@@ -186,6 +186,14 @@ KNOBS: tuple[Knob, ...] = (
         per_host=True,
         format="ib_device",
     ),
+    Knob(
+        "llmb_cpu_amx",
+        "bool",
+        None,
+        "this node's CPU has Intel AMX (amx_tile, amx_int8, amx_bf16): KTransformers' AMX rules "
+        "(default: the verify stage's lscpu flags; without them, no AMX rules)",
+        per_host=True,
+    ),
     _port("llmb_sshd_port", 2233, "sshd inside the engine container for mpirun (TRT-LLM)"),
     Knob(
         "llmb_ssh_mesh_dir",
@@ -1114,12 +1122,15 @@ def read_deployment(
             )
         addrs[node.address] = node.name
     node_facts: dict[str, dict[str, Any]] = {}
-    if values.get("llmb_disaggregation"):  # only a disaggregated plan reads the nodes' RDMA devices
-        for n in ordered:
-            ib, _ = _get(hostvars[n], "llmb_ib_device")
-            accel, _ = _get(hostvars[n], "llmb_accel")
-            rdma = accel.get("rdma_devices") if isinstance(accel, dict) else None
-            node_facts[n] = {"ib_device": ib if isinstance(ib, str) else None,
-                             "rdma_devices": rdma if isinstance(rdma, list) else None}
+    for n in ordered:  # per node: what the inventory says, else what the verify stage found
+        ib, _ = _get(hostvars[n], "llmb_ib_device")
+        amx, _ = _get(hostvars[n], "llmb_cpu_amx")
+        accel, _ = _get(hostvars[n], "llmb_accel")
+        accel = accel if isinstance(accel, dict) else {}
+        rdma = accel.get("rdma_devices")
+        if not isinstance(amx, bool):
+            amx = accel.get("cpu_amx") if isinstance(accel.get("cpu_amx"), bool) else None
+        node_facts[n] = {"ib_device": ib if isinstance(ib, str) else None,
+                         "rdma_devices": rdma if isinstance(rdma, list) else None, "cpu_amx": amx}
     groups_seen = {str(k): [str(h) for h in (v or [])] for k, v in groups.items()}
     return Deployment(nodes=nodes, vars=values, groups=groups_seen, node_facts=node_facts), problems
