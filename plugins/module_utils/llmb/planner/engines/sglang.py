@@ -197,8 +197,12 @@ def pd_router(ctx: Context, node: Node, prefill: Any, decode: Any, cfg: dict[str
                   env={"PYTHONUNBUFFERED": "1"})
     svc.depends_on = [common.dep_ref(prefill.head, "llmb-sglang-prefill"),
                       common.dep_ref(decode.head, "llmb-sglang-decode")]
-    svc.after_healthy = [dict(g.plans[0].services[0].health) for g in (prefill, decode)
-                         if g.plans and g.plans[0].services and g.plans[0].services[0].health]
+    svc.after_healthy = [
+        dict(g.plans[0].services[0].health, role=g.role, group=g.name, node=g.head.name,
+             service=g.plans[0].services[0].name)
+        for g in (prefill, decode)
+        if g.plans and g.plans[0].services and g.plans[0].services[0].health
+    ]
     svc.notes = [f"{rule.get('kind')}: python -m {rule['module']}"
                  + (f" (package {rule['package']}, installed beside the engine)" if rule.get("package") else "")]
     if container:
