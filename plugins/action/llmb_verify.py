@@ -132,6 +132,10 @@ class ActionModule(ControllerAction, ActionBase):
                 "device_count": len(facts.get("devices") or []),
                 "models": sorted({d.get("model") for d in facts.get("devices") or [] if d.get("model")}),
                 "verify_ok": summary["ok"],
+                # the RDMA devices with an active port (ibstat): a disaggregated plan's KV transfer devices
+                "cpu_amx": facts.get("cpu_amx"),
+                "rdma_devices": sorted({p["name"] for p in facts.get("rdma_ports") or []
+                                        if str(p.get("state") or "").lower() == "active"}),
             }},
         })
         return {**result, **out}

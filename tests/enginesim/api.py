@@ -13,6 +13,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 from .runtime import Log, serve_in_thread, wait_for_signal
 
@@ -30,6 +31,7 @@ class ApiConfig:
     faults: set[str] = field(default_factory=set)
     # vLLM's --api-key / VLLM_API_KEY: a Bearer token required on /v1/* (401 without), /health open
     api_keys: list[str] = field(default_factory=list)
+    pd: Any = None  # pd.PdWorker of a prefill/decode worker (SGLang --disaggregation-mode)
 
 
 def _words(text: str) -> int:
@@ -237,6 +239,14 @@ class ApiServer:
                     return self._send(200, {"object": "list", "data": data})
                 if self.path == "/version":
                     return self._send(200, {"version": outer.cfg.version})
+                if self.path in ("/model_info", "/get_model_info"):  # what the SGLang router asks
+                    return self._send(200, {"model_path": outer.cfg.model_path, "tokenizer_path": outer.cfg.model_path,
+                                            "is_generation": True})
+                if self.path in ("/server_info", "/get_server_info"):
+                    return self._send(200, {"model_path": outer.cfg.model_path,
+                                            "served_model_name": outer.cfg.served_names[0],
+                                            "disaggregation_mode": outer.cfg.pd.mode if outer.cfg.pd else "null",
+                                            "version": outer.cfg.version})
                 return self._send(404, {"detail": "Not Found"})
 
             def do_POST(self):
@@ -251,6 +261,8 @@ class ApiServer:
                 except ValueError:
                     return self._send(400, ApiError(400, "invalid JSON body", "BadRequestError").body())
                 try:
+                    if outer.cfg.pd is not None and self.path in ("/v1/chat/completions", "/v1/completions"):
+                        outer.cfg.pd.before_chat(req)
                     if self.path == "/v1/chat/completions":
                         resp = chat_completion(outer.cfg, req)
                         if req.get("stream"):

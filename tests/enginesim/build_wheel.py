@@ -35,7 +35,7 @@ def _files() -> list[tuple[str, bytes]]:
         if "__pycache__" in rel.parts or rel.name in ("build_wheel.py", "install.py"):
             continue
         out.append((f"enginesim/{rel.as_posix()}", p.read_bytes()))
-        if rel.parts[0] == "sglang":
+        if rel.parts[0] in ("sglang", "ktransformers"):
             out.append((rel.as_posix(), p.read_bytes()))
     for p in sorted((ROOT / "data" / "engines").glob("*.yml")):
         out.append((f"enginesim/data/engines/{p.name}", p.read_bytes()))

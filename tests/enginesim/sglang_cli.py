@@ -84,6 +84,17 @@ def main(argv: list[str] | None = None) -> int:
         faults=faults,
     )
     host = args.get("--host") or "127.0.0.1"
+    mode = args.get("--disaggregation-mode") or "null"
+    if mode != "null":
+        from .pd import Bootstrap, PdWorker
+
+        bootstrap = None
+        if mode == "prefill":
+            bport = int(args.get("--disaggregation-bootstrap-port") or fs["flags"]["--disaggregation-bootstrap-port"]
+                        .get("default", 8998))
+            bootstrap = Bootstrap(host, bport, log)
+        cfg.pd = PdWorker(mode, log, bootstrap, args.get("--disaggregation-ib-device"))
+        log.info(f"Disaggregation mode {mode}" + (f", IB device {cfg.pd.ib_device}" if cfg.pd.ib_device else ""))
     return serve_until_signal(
         cfg,
         (host, int(args.get("--port", 30000))),

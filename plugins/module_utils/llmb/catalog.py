@@ -432,7 +432,8 @@ def engine_errors(doc: Any) -> list[str]:
 # spelling: option the parser names first -> the option string the planner writes (e.g. SGLang's
 # --tensor-parallel-size is written --tp-size, as the recipes do); both are the same parser action.
 OVERLAY_KEYS = ("images", "image_suffix_by_platform", "supports_model_types", "planner_owned", "renamed",
-                "defaults", "config_checks", "versions", "source", "spelling", "requirements", "api_key_env")
+                "defaults", "config_checks", "versions", "source", "spelling", "requirements", "api_key_env",
+                "pd_router", "optimize_rules")
 
 
 def overlay_errors(doc: Any, generated: bool = False) -> list[str]:

@@ -58,6 +58,13 @@ ENGINES: dict[str, EngineSpec] = {
                          ("python", "-m", "sglang.launch_server")),
     "ray": EngineSpec("ray", "ray", "ray", "ray start", ("ray", "start"), extra=("click",)),
     "trtllm": EngineSpec("trtllm", "tensorrt-llm", "trtllm", "trtllm-serve serve", ("trtllm-serve", "serve")),
+    "ktransformers": EngineSpec(
+        "ktransformers", "ktransformers", "ktransformers", "python -m ktransformers.server.main",
+        ("python", "-m", "ktransformers.server.main"), python="3.11",
+        note="KTransformers' server wheels are GitHub release assets built per CUDA/torch/CPU, not on the "
+             "package index; with LLMB_ENGINE_SOURCE=<a git archive of the release tag> and --venv <any venv> "
+             "the parser of ktransformers/server/args.py is walked from that source with its heavy imports "
+             "stubbed (option strings, types, actions; defaults come from the site's config.yaml: null)"),
     "vllm-ascend": EngineSpec(
         "vllm-ascend", "vllm-ascend", "vllm-ascend", "vllm serve", ("vllm", "serve"), pairs_with="vllm",
         note="vllm-ascend is an Ascend platform plugin (torch_npu, CANN) without an x86 release on the package "
@@ -411,6 +418,7 @@ def extract(spec: str, out_dir: Path, log=print, venv: Path | None = None, sourc
             source_ref: str | None = None, requirements: dict[str, Any] | None = None) -> Path:
     eng, version = parse_spec(spec)
     base, base_version = paired(eng, version)
+    env_tree = os.environ.get("LLMB_ENGINE_SOURCE")
     if source is not None:
         if not source_ref:
             raise ExtractError("--source needs --source-ref: <repo>@<commit>:<path> the file was read from")
@@ -418,6 +426,10 @@ def extract(spec: str, out_dir: Path, log=print, venv: Path | None = None, sourc
         reqs: dict[str, Any] = {}
         method = "source mode: " + source_note(source, source_ref)
         release = source_ref
+    elif env_tree and venv is not None:  # the release's source tree at its tag (KTransformers: no index wheel)
+        raw, reqs = run_in_venv(venv, [base.extractor]), {}
+        method = f"parser walked from the release's source tree at its tag ({eng.note})"
+        release = f"{base.dist}=={base_version}"
     else:
         raw, reqs = extract_raw(base, base_version, venv=venv, log=log)
         method = "installed from the package index; parser walked in the release's own venv"

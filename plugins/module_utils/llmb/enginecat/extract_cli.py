@@ -351,6 +351,76 @@ def source_command(path: str, name: str):
 # ----------------------------------------------------------------------- main
 
 
+def ktransformers_parser():
+    """KTransformers' server parser (ktransformers/server/args.py ArgumentParser.parse_args builds it
+    from a config object, then parses sys.argv): captured at its parse_args call. The release's own
+    package when it imports, else its source tree at the release tag ($LLMB_ENGINE_SOURCE, e.g. a git
+    archive of kvcache-ai/ktransformers v0.3.2) with its heavy imports (torch, transformers, the config
+    loader) stubbed: the parser's option strings, types and actions are the release's; its defaults,
+    read from the site's config.yaml at start, are recorded as null."""
+    import types
+
+    class Captured(Exception):
+        pass
+
+    class AnyCfg:
+        def __getattr__(self, name):
+            return None
+
+    real_parse = argparse.ArgumentParser.parse_args
+
+    def capture(self, *a, **k):
+        raise Captured(self)
+
+    try:
+        from ktransformers.server import args as mod  # the installed release
+    except Exception:  # noqa: BLE001 - no GPU build here: walk its source
+        src = os.environ.get("LLMB_ENGINE_SOURCE")
+        if not src:
+            raise
+        for name in ("ktransformers", "ktransformers.server", "ktransformers.server.backend",
+                     "ktransformers.server.backend.args", "ktransformers.util", "ktransformers.util.utils",
+                     "transformers", "ktransformers.models"):
+            sys.modules.setdefault(name, types.ModuleType(name))
+        sys.modules["ktransformers.server.backend.args"].ConfigArgs = AnyCfg
+        sys.modules["ktransformers.server.backend.args"].default_args = AnyCfg()
+        sys.modules["ktransformers.util.utils"].get_free_ports = lambda *a, **k: []
+        sys.modules["transformers"].AutoConfig = object
+
+        class AnyModule(types.ModuleType):
+            def __getattr__(self, name):
+                return object
+
+        import importlib.abc
+        import importlib.machinery
+
+        class StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+            def find_spec(self, fullname, path=None, target=None):
+                if fullname.startswith("ktransformers.models."):
+                    return importlib.machinery.ModuleSpec(fullname, self)
+                return None
+
+            def create_module(self, spec):
+                return AnyModule(spec.name)
+
+            def exec_module(self, module):
+                return None
+
+        sys.meta_path.insert(0, StubFinder())
+        mod = types.ModuleType("ktransformers.server.args")
+        path = os.path.join(src, "ktransformers", "server", "args.py")
+        with open(path) as f:
+            exec(compile(f.read(), path, "exec"), mod.__dict__)  # noqa: S102 - the release's own file
+    argparse.ArgumentParser.parse_args = capture
+    try:
+        mod.ArgumentParser(AnyCfg()).parse_args()
+    except Captured as got:
+        return got.args[0]
+    finally:
+        argparse.ArgumentParser.parse_args = real_parse
+    raise RuntimeError("ktransformers.server.args.ArgumentParser.parse_args built no parser")
+
+
 def probe(parser, argv: list[str]):
     """The dests that parse_args(argv) sets differently from parse_args([]); None when refused."""
     import contextlib
@@ -460,6 +530,9 @@ def main(argv: list[str]) -> int:
         parser = sglang_parser()
         doc = walk_argparse(parser)
         doc.update(sglang_registries())
+    elif engine == "ktransformers":
+        parser = ktransformers_parser()
+        doc = walk_argparse(parser)
     elif engine == "ray":
         doc = walk_click(ray_command())
     elif engine == "trtllm":

@@ -121,6 +121,8 @@ def build_facts(probes: list[dict], vendor: str | None = None) -> dict:
 
 
 def _host(facts, parsed):
+    lscpu = _first(parsed, "lscpu") or _first(parsed, "lscpu-json")
+    facts["cpu_amx"] = lscpu["amx"] if lscpu is not None else None  # KTransformers' AMX rules
     numa = _first(parsed, "numactl")
     if numa is not None:
         facts["numa"]["nodes"] = [{"node": n["node"], "cpus": n["cpus"], "size_mb": n["size_mb"]} for n in numa["nodes"]]

@@ -117,6 +117,7 @@ def _lscpu(fields: dict, kind: str) -> dict:
         "threads_per_core": to_int(fields.get("Thread(s) per core")) if fields.get("Thread(s) per core") else None,
         "hypervisor_vendor": fields.get("Hypervisor vendor"),
         "numa_nodes": numa,
+        "amx": {"amx_tile", "amx_int8", "amx_bf16"} <= set(str(fields.get("Flags") or "").split()),
         "fields": fields,
     }
 

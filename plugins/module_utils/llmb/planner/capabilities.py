@@ -34,7 +34,8 @@ class EngineCaps:
     # max_position_embeddings), the flag of the KV cache element type, and what the memory fraction
     # covers: "budget" (vLLM: device x fraction holds weights, non-KV peak and KV), "static" (SGLang:
     # weights and the KV pool only), "free" (TRT-LLM: KV gets the fraction of what weights and the
-    # non-KV peak leave free)
+    # non-KV peak leave free), "offload" (KTransformers: the experts in host memory, the device holds
+    # attention and KV only: no device fit of the whole checkpoint)
     max_len_flag: str | None = None
     kv_dtype_flag: str | None = None
     memory_model: str = "budget"
@@ -43,7 +44,7 @@ class EngineCaps:
         unknown = [m for m in self.modes if m not in MODES]
         if unknown:
             raise ValueError(f"engine {self.name}: unknown topology modes {unknown}; known: {MODES}")
-        if self.memory_model not in ("budget", "static", "free"):
-            raise ValueError(f"engine {self.name}: memory_model is 'budget', 'static' or 'free'")
+        if self.memory_model not in ("budget", "static", "free", "offload"):
+            raise ValueError(f"engine {self.name}: memory_model is 'budget', 'static', 'free' or 'offload'")
         if self.expert_parallel not in ("switch", "size"):
             raise ValueError(f"engine {self.name}: expert_parallel is 'switch' or 'size'")

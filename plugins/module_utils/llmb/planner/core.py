@@ -62,6 +62,10 @@ def plan_inventory(
         raise PlanError(problems, source)
     engine = ENGINES[ctx.engine]
     problems = check_engine(ctx, engine.CAPS, engine_for_vendor(ctx.platform.vendor))
+    if ctx.v.get("llmb_disaggregation"):  # two engine clusters and a router: planner/disagg.py
+        from .disagg import plan as plan_disaggregated
+
+        return plan_disaggregated(ctx, engine, problems, source)
     resolution = topology.resolve(ctx, engine)
     found = check_topology(ctx, resolution)
     problems += found

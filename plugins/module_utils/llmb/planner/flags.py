@@ -370,9 +370,11 @@ class EngineArgs:
                     )
                 )
                 return
+            if "value" in rec:  # a switch that became a choice (--enable-deepep-moe -> --moe-a2a-backend deepep)
+                value = rec["value"] if value in (None, True) else value
             self.notes.append(
-                f"{old} ({origin}) is {target} in {self.fs.engine} {self.fs.version} "
-                f"[{rec.get('since', '?')}]; translated"
+                f"{old} ({origin}) is {target}{' ' + str(rec['value']) if 'value' in rec else ''} in "
+                f"{self.fs.engine} {self.fs.version} [{rec.get('since', '?')}]; translated"
             )
             spelled = target
         if spelled in self.allow_unchecked:
@@ -504,7 +506,9 @@ class EngineArgs:
                 target = renamed[1]["to"]
             resolved = self.fs.resolve(target) if target not in self.allow_unchecked else None
             takes = False
-            if resolved and not resolved[1]:
+            if renamed and "value" in renamed[1]:
+                takes = False  # the old switch takes no value; the rename supplies it
+            elif resolved and not resolved[1]:
                 takes = self.fs.takes_value(resolved[0])
             elif target in self.allow_unchecked:
                 takes = not eq and i + 1 < len(tokens) and not str(tokens[i + 1]).startswith("-")

@@ -43,6 +43,14 @@ def engine_names() -> tuple[str, ...]:
 
     return tuple(ENGINES)
 
+
+def _disaggregation_shape(name: str, value: Any) -> list[Problem]:
+    """The nested shape of llmb_disaggregation (planner/disagg.py decides it)."""
+    from .disagg import check_shape  # disagg imports this module
+
+    return check_shape(name, value)
+
+
 PRESETS_DIR_HINT = "data/presets/<name>.yml"
 
 # variable name prefixes of the stages whose roles declare their options in meta/argument_specs.yml
@@ -75,6 +83,7 @@ class Knob:
     values: str | None = None  # dict: "scalar" (str, number, bool or null)
     stage: str = "serve"  # serve (the planner's), run (toolkit-wide), or the role that declares it
     needs_plain: bool = True  # the planner reads the plain value (a vaulted one needs the password)
+    schema: Any = None  # a function(name, value) -> problems of a nested value (after the type check)
 
     @property
     def allowed(self) -> tuple[str, ...] | None:
@@ -184,6 +193,31 @@ KNOBS: tuple[Knob, ...] = (
     _port("llmb_ray_dashboard_port", 8265, "Ray dashboard port on the head (Ray mode)"),
     _port("llmb_dp_rpc_port", 13345, "vLLM --data-parallel-rpc-port (DP on several nodes)"),
     _port("llmb_sglang_dist_port", 50000, "SGLang --dist-init-addr port (several nodes)"),
+    Knob(
+        "llmb_disaggregation",
+        "dict",
+        None,
+        "SGLang prefill/decode disaggregation: prefill and decode groups (child groups of accel_nodes) "
+        "with their parallelism, memory fraction, context length and tuning, and the router (docs/disaggregation.md)",
+        schema=lambda name, value: _disaggregation_shape(name, value),
+    ),
+    Knob(
+        "llmb_ib_device",
+        "str",
+        None,
+        "this node's RDMA device(s) for the disaggregated KV transfer, e.g. mlx5_0 or mlx5_0,mlx5_1 "
+        "(default: llmb_disaggregation.ib_device, else the verify stage's active ibstat ports)",
+        per_host=True,
+        format="ib_device",
+    ),
+    Knob(
+        "llmb_cpu_amx",
+        "bool",
+        None,
+        "this node's CPU has Intel AMX (amx_tile, amx_int8, amx_bf16): KTransformers' AMX rules "
+        "(default: the verify stage's lscpu flags; without them, no AMX rules)",
+        per_host=True,
+    ),
     _port("llmb_sshd_port", 2233, "sshd inside the engine container for mpirun (TRT-LLM)"),
     Knob(
         "llmb_ssh_mesh_dir",
@@ -377,6 +411,7 @@ _CONTAINER = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9_.-]*\Z")
 _FLAG_NAME = re.compile(r"-{0,2}[A-Za-z0-9][A-Za-z0-9_.-]*\Z")
 _ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _TOKEN = re.compile(r"\S+\Z")
+_IB_DEVICE = re.compile(r"[A-Za-z0-9_.-]{1,64}(,[A-Za-z0-9_.-]{1,64}){0,63}\Z")
 _LABEL = re.compile(r"(?!-)[A-Za-z0-9-]{1,63}(?<!-)\Z")
 
 
@@ -434,6 +469,7 @@ FORMATS: dict[str, tuple[Any, str]] = {
     "flag_name": (lambda v: bool(_FLAG_NAME.match(v)), "a flag name like max-model-len or --max-model-len"),
     "env_key": (lambda v: bool(_ENV_KEY.match(v)), "an environment variable name: ^[A-Za-z_][A-Za-z0-9_]*$"),
     "token": (lambda v: bool(_TOKEN.match(v)), "one word without spaces"),
+    "ib_device": (lambda v: bool(_IB_DEVICE.match(v)), "RDMA device names like mlx5_0 or mlx5_0,mlx5_1"),
 }
 
 _ARTICLE = {
@@ -742,6 +778,8 @@ def check_value(knob: Knob, value: Any) -> list[Problem]:
                             fix=f"write {name}[{key!r}] as one value, e.g. quoted text",
                         )
                     )
+    if knob.schema is not None and not problems:
+        problems.extend(knob.schema(name, value))
     return problems
 
 
@@ -964,6 +1002,8 @@ class Deployment:
 
     nodes: list[Node]
     vars: dict[str, Any] = field(default_factory=dict)
+    groups: dict[str, list[str]] = field(default_factory=dict)  # the inventory's groups (host names)
+    node_facts: dict[str, dict[str, Any]] = field(default_factory=dict)  # per host: llmb_ib_device, rdma
 
     def __getitem__(self, key: str) -> Any:
         return self.vars[key]
@@ -1124,4 +1164,16 @@ def read_deployment(
                 )
             )
         addrs[node.address] = node.name
-    return Deployment(nodes=nodes, vars=values), problems
+    node_facts: dict[str, dict[str, Any]] = {}
+    for n in ordered:  # per node: what the inventory says, else what the verify stage found
+        ib, _ = _get(hostvars[n], "llmb_ib_device")
+        amx, _ = _get(hostvars[n], "llmb_cpu_amx")
+        accel, _ = _get(hostvars[n], "llmb_accel")
+        accel = accel if isinstance(accel, dict) else {}
+        rdma = accel.get("rdma_devices")
+        if not isinstance(amx, bool):
+            amx = accel.get("cpu_amx") if isinstance(accel.get("cpu_amx"), bool) else None
+        node_facts[n] = {"ib_device": ib if isinstance(ib, str) else None,
+                         "rdma_devices": rdma if isinstance(rdma, list) else None, "cpu_amx": amx}
+    groups_seen = {str(k): [str(h) for h in (v or [])] for k, v in groups.items()}
+    return Deployment(nodes=nodes, vars=values, groups=groups_seen, node_facts=node_facts), problems

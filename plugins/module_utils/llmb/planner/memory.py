@@ -384,6 +384,9 @@ def estimate_plan(
     A memory fraction the plan leaves out takes the pinned release's own default: its parser's
     (the generated flag set), else the flag set's hand-kept ``defaults``. vLLM 0.23.0 defaults
     --gpu-memory-utilization to 0.92, not 0.9 (its log on the lent H100, docs/real-hardware.md)."""
+    if _caps(ctx.engine).memory_model == "offload":
+        return None, [], [f"memory: {ctx.engine} keeps the experts in host memory; the device fit of the whole "
+                          "checkpoint does not apply"]
     fs = getattr(ctx, "flagset", None)
     flag = _caps(ctx.engine).memory_fraction_flag
     parser_default = ((getattr(fs, "flags", None) or {}).get(flag) or {}).get("default")

@@ -83,8 +83,17 @@ class Service:
     api: dict[str, Any] | None = None
     config_files: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    # health checks that must pass before this service starts (a router after its groups); in the JSON
+    # only when set, so plans without one keep their form
+    after_healthy: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
+        out = self._fields()
+        if self.after_healthy:
+            out["after_healthy"] = [dict(h) for h in self.after_healthy]
+        return out
+
+    def _fields(self) -> dict[str, Any]:
         return {
             "name": self.name,
             "kind": self.kind,

@@ -31,7 +31,7 @@ TOY_FLAGSET = {
 
 
 def test_registry_is_built_from_the_engine_modules():
-    assert list(engines.ENGINES) == ["vllm", "vllm-ascend", "sglang", "trtllm"]
+    assert list(engines.ENGINES) == ["vllm", "vllm-ascend", "sglang", "trtllm", "ktransformers"]
     for name, module in engines.ENGINES.items():
         caps = module.CAPS
         assert isinstance(caps, EngineCaps) and caps.name == name

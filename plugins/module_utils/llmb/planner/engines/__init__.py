@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from . import sglang, trtllm, vllm, vllm_ascend
+from . import ktransformers, sglang, trtllm, vllm, vllm_ascend
 
 ENGINES: dict[str, ModuleType] = {}
 
@@ -36,5 +36,5 @@ def engine_for_vendor(vendor: str) -> str:
     return next(iter(ENGINES))
 
 
-for _module in (vllm, vllm_ascend, sglang, trtllm):
+for _module in (vllm, vllm_ascend, sglang, trtllm, ktransformers):
     register(_module)
