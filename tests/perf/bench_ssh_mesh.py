@@ -13,6 +13,7 @@ target (under 30 s for 16 nodes in parallel) is printed next to the measure, not
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import subprocess
 import sys
@@ -21,7 +22,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
-from perf_common import ansible_env, cluster  # noqa: E402
+from perf_common import ansible_env, cluster, inventory_hosts  # noqa: E402
 
 PLAYBOOK = ROOT / "playbooks" / "ssh_mesh.yml"
 
@@ -79,8 +80,11 @@ def main() -> int:
     ap.add_argument("--nodes", type=int, default=16)
     ap.add_argument("--name", default="bench-sshmesh")
     ap.add_argument("--keep", action="store_true", help="leave the cluster up")
+    ap.add_argument("--inventory", type=Path, help="use this running cluster's inventory (sim-cluster inventory)")
     a = ap.parse_args()
-    with cluster(a.name, a.nodes, "h800-hgx8", keep=a.keep) as inv:
+    ctx = contextlib.nullcontext(a.inventory) if a.inventory else cluster(a.name, a.nodes, "h800-hgx8", keep=a.keep)
+    with ctx as inv:
+        a.nodes = len(inventory_hosts(inv))
         key_dir = inv.parent / "mesh-key"
         setup, _ = playbook(inv, key_dir, "-e", "ssh_mesh_check=false", json_out=False)
         res = {}
