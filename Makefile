@@ -11,7 +11,7 @@ export PATH := $(BIN):$(PATH)
 # Molecule scenarios `make molecule` / `make test` run (all of molecule/ that are proven green).
 SCENARIOS ?= harness verify ssh_mesh ssh_mesh_port engine_host engine_image engine_image_airgap weights weights-faults
 
-.PHONY: help venv docker-engine sim-stub image lint unit units-verify molecule e2e perf test demo clean engine-check
+.PHONY: help venv docker-engine sim-stub image lint unit units-verify molecule e2e perf perf-smoke test demo clean engine-check
 
 help: ## this list
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -44,13 +44,17 @@ molecule: venv image ## every Molecule scenario, one after another
 e2e: venv image ## site.yml end to end on a simulated 2-node cluster
 	pytest -q -p no:cacheprovider tests/e2e
 
-perf: venv image ## benchmarks (print ratios measured side by side)
+perf: venv image ## benchmarks (print ratios measured side by side); bench_scale: docs/scale.md, 2-32 nodes
+	uv pip install -q -r pyproject.toml --extra perf
 	tests/perf/run
+
+perf-smoke: venv image ## every benchmark in a tiny configuration (one shared 2-node cluster): runs, prints its figures
+	tests/perf/smoke
 
 engine-check: venv ## NOT in CI: each shipped engine release installed in turn, sample plans through its parser
 	scripts/engine-catalog check --write docs/engines.md
 
-test: lint unit units-verify molecule e2e ## everything CI runs
+test: lint unit units-verify molecule e2e perf-smoke ## everything CI runs
 
 demo: venv image ## bring up a 2-node simulated cluster and run site.yml against it
 	scripts/demo
