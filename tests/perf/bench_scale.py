@@ -2,7 +2,7 @@
 """How the stages' cost grows with the node count, each against its own limit measured in the same run.
 
     .venv/bin/python tests/perf/bench_scale.py --nodes 2,8,16,32 [--repeat 3]   # make perf
-    .venv/bin/python tests/perf/bench_scale.py --inventory <sim-cluster inventory> --no-write
+    .venv/bin/python tests/perf/bench_scale.py --inventory <sim-cluster inventory> [--inventory ...] --no-write
 
 For each N, a simulated cluster of N nodes (scripts/sim-cluster, named scale-<N>, removed after),
 then, interleaved --repeat times, the median kept:
@@ -177,16 +177,18 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--nodes", default="2,8,16,32", help="comma-separated node counts (default 2,8,16,32)")
     ap.add_argument("--repeat", type=int, default=3, help="interleaved runs per side; the median is kept")
-    ap.add_argument("--inventory", type=Path, help="measure this running cluster only (its size is N)")
+    ap.add_argument("--inventory", type=Path, action="append",
+                    help="measure this running cluster (its size is N) instead of bringing clusters up; repeatable")
     ap.add_argument("--no-write", action="store_true", help="print the table; leave docs/ alone")
     ap.add_argument("--md", type=Path, default=ROOT / "docs" / "scale.md")
     ap.add_argument("--png", type=Path, default=ROOT / "docs" / "scale.png")
     a = ap.parse_args()
     results: dict[int, dict[str, tuple[float, float]]] = {}
     t_all = time.perf_counter()
-    sizes = [len(inventory_hosts(a.inventory))] if a.inventory else parse_nodes(a.nodes)
+    given = {len(inventory_hosts(inv)): inv for inv in a.inventory or []}
+    sizes = sorted(given) if given else parse_nodes(a.nodes)
     for n in sizes:
-        ctx = contextlib.nullcontext(a.inventory) if a.inventory else cluster(f"scale-{n}", n, PROFILE)
+        ctx = contextlib.nullcontext(given[n]) if given else cluster(f"scale-{n}", n, PROFILE)
         with ctx as inv:
             results[n] = measure(inv, a.repeat)
         print(f"{n} nodes: " + ", ".join(f"{s} {o:.2f} s (limit {lim:.2f} s, ratio {o / lim:.2f})"
