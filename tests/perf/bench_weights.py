@@ -175,7 +175,9 @@ def bench_fanout(nodes: int, shard_bytes: int, throttle: int, inventory: Path | 
             ))["all"]["children"]["accel_nodes"]["hosts"])
             first = names[0]
             results["nodes"] = len(names)
-            for name, strategy, limit in (("one_node", "each", first), ("relay", "relay", None),
+            # the limit keeps localhost: stage 0 (run id, artifacts dir, deployment) is a localhost play,
+            # and without it every later play finds llmb_deployment / llmb_artifacts_dir undefined
+            for name, strategy, limit in (("one_node", "each", f"{first},localhost"), ("relay", "relay", None),
                                           ("each", "each", None)):
                 hubctl("reset", "--state-dir", str(state))
                 r = run_playbook(inv, dict(base, llmb_model_dir=f"/opt/llmb/bench/{name}", weights_strategy=strategy),
