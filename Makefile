@@ -11,7 +11,7 @@ export PATH := $(BIN):$(PATH)
 # Molecule scenarios `make molecule` / `make test` run (all of molecule/ that are proven green).
 SCENARIOS ?= harness verify ssh_mesh ssh_mesh_port engine_host engine_image engine_image_airgap weights weights-faults
 
-.PHONY: help venv docker-engine sim-stub image lint unit units-verify molecule e2e e2e-ctr perf test demo clean engine-check
+.PHONY: help venv docker-engine sim-stub image lint unit units-verify molecule e2e e2e-ctr perf perf-smoke test demo clean engine-check
 
 help: ## this list
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -51,13 +51,17 @@ E2E_CTR_SELECT ?= a3_converges or a3_rerun or a3_check or a3_device_missing or a
 e2e-ctr: venv image ## container serve path (a3, mi300x 2x8, h200-trtllm) on one 2-node cluster with dockerd in the nodes
 	pytest -q -p no:cacheprovider tests/e2e_ctr $(if $(E2E_CTR_SELECT),-k "$(E2E_CTR_SELECT)")
 
-perf: venv image ## benchmarks (print ratios measured side by side)
+perf: venv image ## benchmarks (print ratios measured side by side); bench_scale: docs/scale.md, 2-32 nodes
+	uv pip install -q -r pyproject.toml --extra perf
 	tests/perf/run
+
+perf-smoke: venv image ## every benchmark in a tiny configuration (one shared 2-node cluster): runs, prints its figures
+	tests/perf/smoke
 
 engine-check: venv ## NOT in CI: each shipped engine release installed in turn, sample plans through its parser
 	scripts/engine-catalog check --write docs/engines.md $(ENGINE_CHECK_ARGS)
 
-test: lint unit units-verify molecule e2e e2e-ctr ## everything CI runs
+test: lint unit units-verify molecule e2e e2e-ctr perf-smoke ## everything CI runs
 
 demo: venv image ## bring up a 2-node simulated cluster and run site.yml against it
 	scripts/demo

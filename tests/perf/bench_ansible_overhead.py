@@ -12,6 +12,7 @@ Prints seconds per task-host for each and the ratios. No absolute time is assert
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import subprocess
 import sys
@@ -82,8 +83,10 @@ def main() -> int:
     ap.add_argument("--nodes", type=int, default=16)
     ap.add_argument("--tasks", type=int, default=10)
     ap.add_argument("--no-mitogen", action="store_true")
+    ap.add_argument("--inventory", type=Path, help="use this running cluster's inventory (sim-cluster inventory)")
     a = ap.parse_args()
-    with cluster("perf-ansible", a.nodes, "h800-hgx8") as inv:
+    ctx = contextlib.nullcontext(a.inventory) if a.inventory else cluster("perf-ansible", a.nodes, "h800-hgx8")
+    with ctx as inv:
         hosts = inventory_hosts(inv)
         th = a.tasks * len(hosts)
         res = {"ssh loop": run_ssh_loop(hosts, a.tasks), "ansible (linear, pipelining)": run_ansible(inv, a.tasks, False)}

@@ -106,7 +106,8 @@ def main() -> int:
         help="also write the inventory as files and read it the way scripts/launch-plan does",
     )
     args = ap.parse_args()
-    plan_inventory(*inventory(2, "vllm-dp-ep"), str(ROOT / "data"))  # warm the data cache once
+    # warm the data cache once (4 nodes: Kimi-K2 fits no fewer than 20 H800s, the planner checks)
+    plan_inventory(*inventory(4, "vllm-dp-ep"), str(ROOT / "data"))
     print(f"planning a {args.nodes}-node inventory (best of {args.repeat}); budget {BUDGET_S:.1f} s")
     worst = 0.0
     for shape in ("vllm-dp-ep", "sglang-tp"):

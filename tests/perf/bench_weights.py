@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -127,7 +128,7 @@ def run_playbook(inv: Path, extra: dict, limit: str | None = None, tags: str | N
     return {"wall_s": round(wall, 2), "fetch_task_s": fetch_s}
 
 
-def bench_fanout(nodes: int, shard_bytes: int, throttle: int) -> dict:
+def bench_fanout(nodes: int, shard_bytes: int, throttle: int, inventory: Path | None = None) -> dict:
     state = ROOT / ".cache" / "hfserver" / "bench"
     if state.exists():
         hubctl("stop", "--state-dir", str(state))
@@ -150,8 +151,10 @@ def bench_fanout(nodes: int, shard_bytes: int, throttle: int) -> dict:
     hubctl("start", "--state-dir", str(state), "--root", str(repos), "--throttle-bps", str(throttle))
     results: dict = {"nodes": nodes, "model_bytes": size, "throttle_Bps": throttle}
     try:
-        with cluster("w4perf", nodes, "h800-hgx8") as inv:
-            gw = subprocess.run(["docker", "network", "inspect", "llmb-w4perf", "--format",
+        ctx = contextlib.nullcontext(inventory) if inventory else cluster("w4perf", nodes, "h800-hgx8")
+        with ctx as inv:
+            # sim-cluster keeps a cluster's state in .cache/sim/<name>/ and names its network llmb-<name>
+            gw = subprocess.run(["docker", "network", "inspect", f"llmb-{inv.parent.name}", "--format",
                                  "{{range .IPAM.Config}}{{.Gateway}}{{end}}"],
                                 check=True, capture_output=True, text=True).stdout.strip()
             port = (state / "port").read_text().strip()
@@ -167,10 +170,14 @@ def bench_fanout(nodes: int, shard_bytes: int, throttle: int) -> dict:
             # tool venv on every node first, so that no timing below includes it
             run_playbook(inv, dict(base, llmb_model_dir="/opt/llmb/bench/warm", weights_strategy="each"),
                          tags="weights-preflight,weights-tools")
-            first = sorted(json.loads("".join(
+            names = sorted(json.loads("".join(
                 line for line in inv.read_text().splitlines(keepends=True) if not line.startswith("#")
-            ))["all"]["children"]["accel_nodes"]["hosts"])[0]
-            for name, strategy, limit in (("one_node", "each", first), ("relay", "relay", None),
+            ))["all"]["children"]["accel_nodes"]["hosts"])
+            first = names[0]
+            results["nodes"] = len(names)
+            # the limit keeps localhost: stage 0 (run id, artifacts dir, deployment) is a localhost play,
+            # and without it every later play finds llmb_deployment / llmb_artifacts_dir undefined
+            for name, strategy, limit in (("one_node", "each", f"{first},localhost"), ("relay", "relay", None),
                                           ("each", "each", None)):
                 hubctl("reset", "--state-dir", str(state))
                 r = run_playbook(inv, dict(base, llmb_model_dir=f"/opt/llmb/bench/{name}", weights_strategy=strategy),
@@ -200,6 +207,7 @@ def main() -> int:
     ap.add_argument("--nodes", type=int, default=4)
     ap.add_argument("--shard-bytes", type=int, default=4_000_000)
     ap.add_argument("--throttle-bps", type=int, default=800_000)
+    ap.add_argument("--inventory", type=Path, help="use this running cluster's inventory (sim-cluster inventory)")
     a = ap.parse_args()
     out = {}
     if not a.skip_verify:
@@ -209,13 +217,13 @@ def main() -> int:
               f"sha256sum -P{v['workers']} {v['sha256sum_MBps']} MB/s, ours {v['ours_MBps']} MB/s, "
               f"ratio ours/sha256sum {v['ratio']} (target >= 0.8)", flush=True)
     if not a.skip_fanout:
-        print(f"fan-out: {a.nodes} nodes, hub throttled to {a.throttle_bps} B/s", flush=True)
-        f = bench_fanout(a.nodes, a.shard_bytes, a.throttle_bps)
+        print(f"fan-out: {'the given cluster' if a.inventory else f'{a.nodes} nodes'}, hub throttled to {a.throttle_bps} B/s", flush=True)
+        f = bench_fanout(a.nodes, a.shard_bytes, a.throttle_bps, a.inventory)
         out["fanout"] = f
         print(f"fan-out: relay/one-node wall {f['ratio_relay_vs_one_wall']} (target <= 1.5), fetch task "
               f"{f.get('ratio_relay_vs_one_fetch')}; each/one-node fetch task {f.get('ratio_each_vs_one_fetch')}; "
               f"hub served relay {f['relay']['hub_copies']}x, each {f['each']['hub_copies']}x the model "
-              f"(targets 1x and {a.nodes}x)", flush=True)
+              f"(targets 1x and {f['nodes']}x)", flush=True)
     print(json.dumps(out, indent=1))
     return 0
 

@@ -1,0 +1,211 @@
+#!/usr/bin/env python3
+"""How the stages' cost grows with the node count, each against its own limit measured in the same run.
+
+    .venv/bin/python tests/perf/bench_scale.py --nodes 2,8,16,32 [--repeat 3]   # make perf
+    .venv/bin/python tests/perf/bench_scale.py --inventory <sim-cluster inventory> [--inventory ...] --no-write
+
+For each N, a simulated cluster of N nodes (scripts/sim-cluster, named scale-<N>, removed after),
+then, interleaved --repeat times, the median kept:
+  verify    playbooks/verify.yml against a parallel SSH loop running the same probe commands
+            (tests/perf/bench_verify.py's two sides: one multiplexed ssh per probe, every host at once);
+  ssh_mesh  playbooks/ssh_mesh.yml --tags ssh_mesh_check (all ordered pairs, mpirun left out) against
+            a parallel SSH loop of the same pair commands: from the controller to every node at once,
+            each node running the check's own ssh argv (llmb.sshmesh.ssh_argv) to its peers, as many at
+            once as the check (ssh_mesh_check_parallel, 8), in the same rotated order.
+The stage is applied once before (keys, config), untimed. Writes docs/scale.md (the table, the
+machine and the date) and docs/scale.png (seconds vs nodes per stage, solid, and its limit, dashed);
+--no-write prints the table only. The plot needs matplotlib (the `perf` extra); without it the table
+is still written and the plot is skipped with a message. No time is asserted: on a small machine the
+controller's cores are part of what is measured (every simulated node runs on them too).
+
+Not measured yet: site.yml's changed=0 re-run (it needs a full first run of site.yml per N, with the
+engine double and the test hub; see docs/scale.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import os
+import platform
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "tests" / "perf"))
+sys.path.insert(0, str(ROOT / "plugins" / "module_utils"))
+from bench_verify import probe_commands, run_ssh, run_verify, ssh_args  # noqa: E402
+from llmb.sshmesh import ssh_argv  # noqa: E402
+from perf_common import ansible_env, cluster, inventory_hosts  # noqa: E402
+
+PROFILE = "h800-hgx8"
+MESH_DIR = "/etc/llmb/ssh-mesh"  # ssh_mesh_dir's default (the deployment document's dirs.ssh_mesh)
+MESH_PARALLEL = 8  # ssh_mesh_check_parallel's default
+
+
+def mesh_playbook(inv: Path, key_dir: Path, *extra: str) -> float:
+    argv = [str(ROOT / ".venv/bin/ansible-playbook"), "-i", str(inv), "playbooks/ssh_mesh.yml",
+            "-e", f"ssh_mesh_key_dir={key_dir}", "-e", f"ssh_mesh_dir={MESH_DIR}", *extra]
+    t0 = time.perf_counter()
+    p = subprocess.run(argv, env=ansible_env(), cwd=ROOT, capture_output=True, text=True)
+    dt = time.perf_counter() - t0
+    if p.returncode != 0:
+        raise SystemExit(f"ssh_mesh.yml {' '.join(extra)} failed (rc {p.returncode}):\n"
+                         f"{p.stdout[-3000:]}\n{p.stderr[-1500:]}")
+    return dt
+
+
+def mesh_ssh_loop(hosts: list[dict]) -> float:
+    """Every node at once, each to its peers 8 at a time, the check's own ssh argv; every pair must answer."""
+    cp = Path(tempfile.mkdtemp(prefix="llmb-scp-"))
+
+    def script(me: dict) -> str:
+        # the check's width (ssh_mesh_check_parallel, under sshd's MaxStartups) and its rotated order
+        i = hosts.index(me)
+        peers = [p["ip"] for p in hosts[i + 1:] + hosts[:i]]
+        ssh = shlex.join(ssh_argv("@", 22, "root", f"{MESH_DIR}/ssh_config", 10, "hostname"))
+        return f"printf '%s\\n' {shlex.join(peers)} | xargs -P {MESH_PARALLEL} -I@ {ssh}"
+
+    def one(h: dict) -> int:
+        r = subprocess.run([*ssh_args(h, cp), script(h)], capture_output=True, text=True, check=False)
+        return len(r.stdout.split())
+
+    with ThreadPoolExecutor(len(hosts)) as ex:  # warm-up: control masters up, as for verify
+        list(ex.map(lambda h: subprocess.run([*ssh_args(h, cp), "true"], check=True), hosts))
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(len(hosts)) as ex:
+        answers = list(ex.map(one, hosts))
+    dt = time.perf_counter() - t0
+    for h in hosts:
+        subprocess.run([*ssh_args(h, cp)[:-1], "-O", "exit", f"root@{h['ip']}"], capture_output=True, check=False)
+    if sum(answers) != len(hosts) * (len(hosts) - 1):
+        raise SystemExit(f"the mesh SSH loop got {sum(answers)} answers of {len(hosts) * (len(hosts) - 1)} pairs")
+    return dt
+
+
+def measure(inv: Path, repeat: int) -> dict[str, tuple[float, float]]:
+    """{stage: (toolkit seconds, limit seconds)}, medians over `repeat` interleaved runs."""
+    hosts = inventory_hosts(inv)
+    cmds = probe_commands("nvidia")
+    runs: dict[str, list[float]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        key_dir = Path(tmp) / "mesh-key"
+        mesh_playbook(inv, key_dir, "-e", "ssh_mesh_check=false")  # apply once, untimed
+        for i in range(repeat):
+            runs.setdefault("verify limit", []).append(run_ssh(hosts, cmds, one_script=False))
+            runs.setdefault("verify", []).append(run_verify(inv, PROFILE, False, Path(tmp) / f"v{i}"))
+            runs.setdefault("ssh_mesh limit", []).append(mesh_ssh_loop(hosts))
+            runs.setdefault("ssh_mesh", []).append(
+                mesh_playbook(inv, key_dir, "--tags", "ssh_mesh_check", "-e", "ssh_mesh_check_mpirun=false"))
+    med = {k: statistics.median(v) for k, v in runs.items()}
+    return {s: (med[s], med[f"{s} limit"]) for s in ("verify", "ssh_mesh")}
+
+
+def table(results: dict[int, dict[str, tuple[float, float]]]) -> str:
+    rows = ["| nodes | stage | toolkit s | limit s (parallel SSH loop) | ratio |", "|---:|---|---:|---:|---:|"]
+    for n in sorted(results):
+        for stage, (ours, limit) in results[n].items():
+            rows.append(f"| {n} | {stage} | {ours:.2f} | {limit:.2f} | {ours / limit:.2f} |")
+    return "\n".join(rows)
+
+
+def machine() -> str:
+    load = os.getloadavg()
+    return (f"{platform.node()}: {os.cpu_count()} CPUs, {platform.system()} {platform.release()}, "
+            f"Python {platform.python_version()}; load average at the end {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f}")
+
+
+def plot(results: dict[int, dict[str, tuple[float, float]]], png: Path) -> str:
+    try:
+        import matplotlib
+    except ImportError:
+        return "matplotlib is not installed (the `perf` extra): no plot written"
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ns = sorted(results)
+    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=100)
+    for i, stage in enumerate(results[ns[0]]):
+        color = f"C{i}"
+        ax.plot(ns, [results[n][stage][0] for n in ns], "o-", color=color, label=stage)
+        ax.plot(ns, [results[n][stage][1] for n in ns], "s--", color=color, label=f"{stage} limit (SSH loop)")
+    ax.set_xlabel("simulated nodes")
+    ax.set_ylabel("seconds")
+    ax.set_xticks(ns)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    ax.set_title("seconds vs nodes per stage (dashed: its SSH-loop limit, same run)", fontsize=10)
+    fig.tight_layout()
+    tmp = png.with_suffix(".png.tmp")
+    fig.savefig(tmp, format="png")
+    os.replace(tmp, png)
+    return f"plot written to {png.relative_to(ROOT) if png.is_relative_to(ROOT) else png}"
+
+
+def write_doc(md: Path, text: str) -> None:
+    """Replace the generated section of docs/scale.md (between the markers), keeping the prose."""
+    begin, end = "<!-- bench_scale: begin -->", "<!-- bench_scale: end -->"
+    old = md.read_text() if md.exists() else f"# Scale\n\n{begin}\n{end}\n"
+    if begin not in old or end not in old:
+        old = f"{old.rstrip()}\n\n{begin}\n{end}\n"
+    head, rest = old.split(begin, 1)
+    new = f"{head}{begin}\n{text}\n{end}{rest.split(end, 1)[1]}"
+    tmp = md.with_suffix(".md.tmp")
+    tmp.write_text(new)
+    os.replace(tmp, md)
+
+
+def parse_nodes(s: str) -> list[int]:
+    try:
+        ns = sorted({int(x) for x in s.split(",") if x.strip()})
+    except ValueError:
+        raise SystemExit(f"--nodes: expected a comma-separated list of node counts, found {s!r}") from None
+    if not ns or ns[0] < 2:
+        raise SystemExit(f"--nodes: every node count must be 2 or more (the mesh needs a pair), found {s!r}")
+    return ns
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--nodes", default="2,8,16,32", help="comma-separated node counts (default 2,8,16,32)")
+    ap.add_argument("--repeat", type=int, default=3, help="interleaved runs per side; the median is kept")
+    ap.add_argument("--inventory", type=Path, action="append",
+                    help="measure this running cluster (its size is N) instead of bringing clusters up; repeatable")
+    ap.add_argument("--no-write", action="store_true", help="print the table; leave docs/ alone")
+    ap.add_argument("--md", type=Path, default=ROOT / "docs" / "scale.md")
+    ap.add_argument("--png", type=Path, default=ROOT / "docs" / "scale.png")
+    a = ap.parse_args()
+    results: dict[int, dict[str, tuple[float, float]]] = {}
+    t_all = time.perf_counter()
+    given = {len(inventory_hosts(inv)): inv for inv in a.inventory or []}
+    sizes = sorted(given) if given else parse_nodes(a.nodes)
+    for n in sizes:
+        ctx = contextlib.nullcontext(given[n]) if given else cluster(f"scale-{n}", n, PROFILE)
+        with ctx as inv:
+            results[n] = measure(inv, a.repeat)
+        print(f"{n} nodes: " + ", ".join(f"{s} {o:.2f} s (limit {lim:.2f} s, ratio {o / lim:.2f})"
+                                         for s, (o, lim) in results[n].items()), flush=True)
+    text = "\n".join([
+        f"Measured {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC by "
+        f"`tests/perf/bench_scale.py --nodes {','.join(map(str, sizes))} --repeat {a.repeat}` "
+        f"in {time.perf_counter() - t_all:.0f} s on {machine()}.",
+        "",
+        table(results),
+    ])
+    print("\n" + text)
+    if not a.no_write:
+        write_doc(a.md, text + "\n\n![seconds vs nodes per stage](scale.png)")
+        print(plot(results, a.png))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
