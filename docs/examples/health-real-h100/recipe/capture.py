@@ -1,6 +1,10 @@
 #!/usr/bin/env python3
 """Capture the health / fabric outputs on the lent H100 (engineer fabric, issue 18)."""
-import glob, os, subprocess, sys, time
+import os
+import subprocess
+import sys
+import time
+
 D = sys.argv[1]
 os.makedirs(D, exist_ok=True)
 ENV = dict(os.environ, LC_ALL="C", LANG="C", NCCL_NVLS_ENABLE="0")
@@ -15,9 +19,9 @@ def cap(name, argv, shell=False, timeout=120, env=None):
     except OSError as exc:
         rc, out, err = 127, "", str(exc)
     cmd = argv if shell else " ".join(argv)
-    head = ["# source: captured on the lent nvidia-h100-x1 (Firecracker VM), %s" % time.strftime("%Y-%m-%d", time.gmtime()),
+    head = [f"# source: captured on the lent nvidia-h100-x1 (Firecracker VM), {time.strftime('%Y-%m-%d', time.gmtime())}",
             "# machine: one NVIDIA H100 80GB HBM3 (SXM), Firecracker VM guest",
-            "# command: " + cmd, "# exit status: %d" % rc]
+            "# command: " + cmd, f"# exit status: {rc}"]
     if err.strip():
         head.append("# stderr: " + err.strip().replace("\n", " | ")[:1500])
     with open(os.path.join(D, name + ".txt"), "w") as fh:
@@ -30,7 +34,7 @@ Q = ("index,pci.bus_id,driver_version,vbios_version,inforom.img,clocks_event_rea
 for n, a in [("smi-q-ecc", "-q -d ECC"), ("smi-q-performance", "-q -d PERFORMANCE"), ("smi-q-clock", "-q -d CLOCK"),
              ("smi-q-pcie", "-q -d PCIE"), ("smi-q-row-remapper", "-q -d ROW_REMAPPER"), ("smi-q", "-q"),
              ("smi-qx", "-q -x"), ("nvlink-e", "nvlink -e"), ("nvlink-s", "nvlink -s"), ("nvlink-c", "nvlink -c"),
-             ("topo", "topo -m"), ("query-health", "--query-gpu=%s --format=csv" % Q)]:
+             ("topo", "topo -m"), ("query-health", f"--query-gpu={Q} --format=csv")]:
     cap(n, ["nvidia-smi"] + a.split())
 cap("dmesg", ["dmesg"])
 cap("dmesg-xid", "dmesg | grep -i xid", shell=True)
