@@ -61,7 +61,14 @@ perf-smoke: venv image ## every benchmark in a tiny configuration (one shared 2-
 engine-check: venv ## NOT in CI: each shipped engine release installed in turn, sample plans through its parser
 	scripts/engine-catalog check --write docs/engines.md $(ENGINE_CHECK_ARGS)
 
-test: lint unit units-verify molecule e2e e2e-ctr perf-smoke ## everything CI runs
+# The cluster suites run TEST_JOBS at a time (each on its own simulated cluster; most of their time is
+# spent waiting on SSH round trips and service starts, so two share 2 cores well), longest first;
+# each suite's output is printed whole when it ends.
+TEST_JOBS ?= 2
+CLUSTER_SUITES := e2e molecule e2e-ctr perf-smoke units-verify
+
+test: lint unit ## everything CI runs
+	$(MAKE) --no-print-directory -j$(TEST_JOBS) --output-sync=target $(CLUSTER_SUITES)
 
 demo: venv image ## bring up a 2-node simulated cluster and run site.yml against it
 	scripts/demo
