@@ -449,3 +449,27 @@ def test_shipped_trtllm_set_names_its_source_commit_and_the_tag_it_stands_for():
     assert "GENERATED" in head.splitlines()[0] and "NOT GENERATED" not in head
     assert "--source-ref NVIDIA/TensorRT-LLM@4c05a74891e4df8066f08ed4ce14b0972abe4e25" in head
     assert "48b7b5d8b7ed" in head and "wheel_stub" in head  # the v1.1.0 tag commit, and why not installed
+
+
+def test_trtllm_reasoning_parsers_come_from_the_overlay_only_where_the_walk_could_not_read_them():
+    doc = CAT.flagset_doc("trtllm-1.1.0")
+    assert doc["flags"]["--reasoning_parser"]["choices_unknown"] is True and doc["parsers"] == {}
+    fs = CAT.flagset("trtllm", "1.1.0")
+    assert fs.parsers["reasoning"] == ["deepseek-r1", "qwen3"] and "source" not in fs.parsers
+    # a generated set that read its registries keeps its own
+    assert CAT.flagset("vllm", "0.19.1").parsers == CAT.flagset_doc("vllm-0.19.1")["parsers"]
+
+
+def test_hand_kept_parsers_need_a_source(tmp_path):
+    shutil.copytree(DATA, tmp_path / "data")
+    path = tmp_path / "data" / "engines" / "hand" / "sglang.yml"
+    path.write_text(path.read_text().replace('"engine": "sglang",', '"engine": "sglang",\n "parsers": {"x": []},', 1))
+    with pytest.raises(CatalogError, match="parsers: hand-kept parser names need a 'source'"):
+        Catalog(tmp_path / "data").flagset("sglang", "0.5.5")
+
+
+def test_generated_choices_are_sorted_whatever_order_the_parser_built():
+    opt = {"option_strings": ["--b"], "dest": "b", "action": "_StoreAction", "nargs": None,
+           "choices": ["pytorch", "ascend", "flashinfer"], "type": "str"}
+    flags, _ = E.flags_from_options([opt])
+    assert flags["--b"]["choices"] == ["ascend", "flashinfer", "pytorch"]
