@@ -433,7 +433,7 @@ def engine_errors(doc: Any) -> list[str]:
 # --tensor-parallel-size is written --tp-size, as the recipes do); both are the same parser action.
 OVERLAY_KEYS = ("images", "image_suffix_by_platform", "supports_model_types", "planner_owned", "renamed",
                 "defaults", "config_checks", "versions", "source", "spelling", "requirements", "api_key_env",
-                "pd_router", "optimize_rules")
+                "pd_router", "optimize_rules", "parsers")
 
 
 def overlay_errors(doc: Any, generated: bool = False) -> list[str]:
@@ -455,6 +455,11 @@ def overlay_errors(doc: Any, generated: bool = False) -> list[str]:
     for old, rec in renamed.items():
         if not isinstance(rec, dict) or "to" not in rec or not rec.get("source"):
             errs.append(f"renamed.{old} must be a mapping with 'to' (a flag or null) and 'source'")
+    # parsers: only for a release whose registries its walk could not read (TensorRT-LLM in source
+    # mode), with their source; a generated set's own 'parsers' always win (planner.flags)
+    hand_parsers = {} if generated else (_typecheck(doc, "parsers", dict, errs, required=False) or {})
+    if hand_parsers and not hand_parsers.get("source"):
+        errs.append("parsers: hand-kept parser names need a 'source' (where they were read)")
     # (a generated set's own 'requirements' are read from the release; the overlay's are per vendor)
     reqs = {} if generated else (_typecheck(doc, "requirements", dict, errs, required=False) or {})
     for vendor, rec in reqs.items():  # what a seed recipe says a vendor's build needs (ROCm, glibc)

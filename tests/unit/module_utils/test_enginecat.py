@@ -449,3 +449,59 @@ def test_shipped_trtllm_set_names_its_source_commit_and_the_tag_it_stands_for():
     assert "GENERATED" in head.splitlines()[0] and "NOT GENERATED" not in head
     assert "--source-ref NVIDIA/TensorRT-LLM@4c05a74891e4df8066f08ed4ce14b0972abe4e25" in head
     assert "48b7b5d8b7ed" in head and "wheel_stub" in head  # the v1.1.0 tag commit, and why not installed
+
+
+def test_trtllm_reasoning_parsers_come_from_the_overlay_only_where_the_walk_could_not_read_them():
+    doc = CAT.flagset_doc("trtllm-1.1.0")
+    assert doc["flags"]["--reasoning_parser"]["choices_unknown"] is True and doc["parsers"] == {}
+    fs = CAT.flagset("trtllm", "1.1.0")
+    assert fs.parsers["reasoning"] == ["deepseek-r1", "qwen3"] and "source" not in fs.parsers
+    # a generated set that read its registries keeps its own
+    assert CAT.flagset("vllm", "0.19.1").parsers == CAT.flagset_doc("vllm-0.19.1")["parsers"]
+
+
+def test_hand_kept_parsers_need_a_source(tmp_path):
+    shutil.copytree(DATA, tmp_path / "data")
+    path = tmp_path / "data" / "engines" / "hand" / "sglang.yml"
+    path.write_text(path.read_text().replace('"engine": "sglang",', '"engine": "sglang",\n "parsers": {"x": []},', 1))
+    with pytest.raises(CatalogError, match="parsers: hand-kept parser names need a 'source'"):
+        Catalog(tmp_path / "data").flagset("sglang", "0.5.5")
+
+
+def test_generated_choices_are_sorted_whatever_order_the_parser_built():
+    opt = {"option_strings": ["--b"], "dest": "b", "action": "_StoreAction", "nargs": None,
+           "choices": ["pytorch", "ascend", "flashinfer"], "type": "str"}
+    flags, _ = E.flags_from_options([opt])
+    assert flags["--b"]["choices"] == ["ascend", "flashinfer", "pytorch"]
+
+
+def test_rocm_build_requirements_are_the_seed_recipes_and_name_it():
+    """What the x86 CUDA wheel cannot tell (the ROCm build's needs) is taken from seed 002 and says so."""
+    rel = CAT.release_requirements("vllm", "0.23.0")
+    amd = rel["by_vendor"]["amd"]
+    assert (amd["rocm"], amd["glibc"], amd["python"]) == ("7.0", "2.35", "3.12")
+    assert "seed 002_5854b3313ee63355.txt" in amd["source"]
+    seed = (REPO.parent / "shared" / "seeds" / "002_5854b3313ee63355.txt")
+    if seed.is_file():  # the fact is the seed's own sentence
+        assert "requires Python 3.12, ROCm 7.0, and glibc >= 2.35" in seed.read_text()
+
+
+def test_overlay_requirements_need_a_vendor_and_a_source(tmp_path):
+    shutil.copytree(DATA, tmp_path / "data")
+    path = tmp_path / "data" / "engines" / "hand" / "vllm.yml"
+    path.write_text(re.sub(r'"source": "seed 002[^"]*"', '"rocm_note": "x"', path.read_text()))
+    with pytest.raises(CatalogError, match="requirements.amd: must be one of"):
+        Catalog(tmp_path / "data").flagset("vllm", "0.23.0")
+
+
+def test_vllm_glibc_is_read_from_its_extensions_symbol_versions():
+    for version in CAT.flagset_versions("vllm"):
+        req = CAT.release_requirements("vllm", version)["requirements"]
+        assert re.fullmatch(r"2\.\d+", req.get("glibc", "")), (version, req)
+
+
+def test_elf_glibc_reads_the_newest_glibc_symbol_version_of_a_real_binary():
+    from llmb.enginecat.requirements import elf_glibc
+
+    assert elf_glibc(Path(sys.executable).resolve()) is not None
+    assert elf_glibc(Path(__file__)) is None  # not an ELF file

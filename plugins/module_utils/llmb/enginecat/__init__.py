@@ -164,6 +164,10 @@ def flags_from_options(options: list[dict]) -> tuple[dict[str, dict[str, Any]], 
         for key in ("nargs", "choices", "default", "const"):
             if opt.get(key) is not None:
                 spec[key] = opt[key]
+        if isinstance(spec.get("choices"), list):
+            # sorted: a release may build a choices list from a set (SGLang 0.5.23's --sampling-backend
+            # came out in two orders on two walks); the order means nothing to the planner
+            spec["choices"] = sorted(spec["choices"], key=lambda c: json.dumps(c, sort_keys=True))
         if opt.get("type") is not None:
             spec["value_type"] = opt["type"]
         if opt.get("required"):

@@ -248,7 +248,7 @@ def flagset_from_doc(data: Catalog, name: str, doc: dict[str, Any]) -> FlagSet:
         images=dict(hand.get("images", {})),
         image_suffix_by_platform=dict(hand.get("image_suffix_by_platform", {})),
         supports_model_types=list(hand.get("supports_model_types", [])),
-        parsers=dict(gen.get("parsers", {})),
+        parsers=dict(gen.get("parsers") or {k: v for k, v in (hand.get("parsers") or {}).items() if k != "source"}),
         planner_owned=list(hand.get("planner_owned", [])),
         defaults=dict(hand.get("defaults", {})),
         config_checks=list(hand.get("config_checks", [])),
