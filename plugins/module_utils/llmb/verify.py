@@ -9,6 +9,7 @@ Pure Python, no Ansible imports. Profiles come from llmb.catalog (PyYAML, contro
 from __future__ import annotations
 
 import fnmatch
+import json
 import re
 from itertools import combinations
 
@@ -971,9 +972,10 @@ RAILS_FILE = "llmb_rdma.yml"  # <inventory>/host_vars/<host>/llmb_rdma.yml, writ
 
 def rails_yaml(host: str, rec: dict) -> str:
     """The host_vars file verify records the rails in (read back by stage 0: llmb_rdma_rails)."""
-    rails = ", ".join(rec["llmb_rdma_rails"])
+    rails = ", ".join(json.dumps(str(r)) for r in rec["llmb_rdma_rails"])  # JSON strings are YAML strings
     gid = rec.get("llmb_rdma_gid_index")
-    return (f"# Written by the verify stage (tag fabric) for {host}: the RDMA rails ib_write_bw and NCCL used.\n"
+    return ("---\n"
+            f"# Written by the verify stage (tag fabric) for {host}: the RDMA rails ib_write_bw and NCCL used.\n"
             "# Stage 0 plans NCCL_IB_HCA from them (NCCL_IB_GID_INDEX on RoCE); commit this file with the\n"
             "# inventory, edit it to pin other rails, delete it to let verify learn them again.\n"
             f"llmb_rdma_rails: [{rails}]\n"
