@@ -65,7 +65,7 @@ def plan_1p1d(cluster) -> dict[str, dict]:
         "llmb_disaggregation": {
             "prefill": {"group": "prefill_nodes", "tensor_parallel": 8},
             "decode": {"group": "decode_nodes", "tensor_parallel": 8},
-            "router": {"port": 8000}, "ib_device": "mlx5_0",
+            "router": {"port": 8100}, "ib_device": "mlx5_0",
         },
     }
     hv = {n: dict(shared, ansible_host=ip, llmb_node_ip=ip) for n, ip in ips.items()}
