@@ -92,6 +92,22 @@ def _gateway(network: str) -> str:
     return out
 
 
+def start_hub(root: Path, state: Path, gw: str) -> tuple[subprocess.Popen, str]:
+    """The test hub server (tests/hfserver) on the cluster network's gateway: (process, its URL) once it
+    has written its port. The caller terminates the process."""
+    srv = subprocess.Popen([str(ROOT / ".venv/bin/python"), str(ROOT / "tests/hfserver/server.py"), "--root", str(root),
+                            "--bind", gw, "--port", "0", "--state-dir", str(state),
+                            "--generate", "llmb-test/kimi-k2-sim"])
+    for _ in range(600):
+        if (state / "port").exists() and (state / "port").read_text().strip():
+            return srv, f"http://{gw}:{(state / 'port').read_text().strip()}"
+        if srv.poll() is not None:
+            raise RuntimeError("the test hub server exited at start")
+        time.sleep(0.1)
+    srv.terminate()
+    raise RuntimeError("the test hub server wrote no port within 60 s")
+
+
 @pytest.fixture(scope="session")
 def cluster(tmp_path_factory):
     sim = str(ROOT / "scripts/sim-cluster")
@@ -104,20 +120,13 @@ def cluster(tmp_path_factory):
     hf_root = tmp_path_factory.mktemp("hub")
     state = tmp_path_factory.mktemp("hubstate")
     gw = _gateway(f"llmb-{CLUSTER}")
-    srv = subprocess.Popen([str(ROOT / ".venv/bin/python"), str(ROOT / "tests/hfserver/server.py"), "--root", str(hf_root),
-                            "--bind", gw, "--port", "0", "--state-dir", str(state),
-                            "--generate", "llmb-test/kimi-k2-sim"])
+    srv = None
     try:
-        for _ in range(600):
-            if (state / "port").exists() and (state / "port").read_text().strip():
-                break
-            if srv.poll() is not None:
-                raise RuntimeError("the test hub server exited at start")
-            time.sleep(0.1)
-        url = f"http://{gw}:{(state / 'port').read_text().strip()}"
+        srv, url = start_hub(hf_root, state, gw)
         yield Cluster(inv, url, hf_root)
     finally:
-        srv.terminate()
-        srv.wait(10)
+        if srv is not None:
+            srv.terminate()
+            srv.wait(10)
         if not KEEP:
             subprocess.run([sim, "down", "--name", CLUSTER], capture_output=True)

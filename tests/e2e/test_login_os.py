@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from checkmode import compare
-from conftest import CLUSTER, KEEP, NODE_OS, ROOT, Cluster, _gateway
+from conftest import CLUSTER, KEEP, NODE_OS, ROOT, Cluster, _gateway, start_hub
 
 OTHER_OS = "trixie" if NODE_OS == "bookworm" else "bookworm"
 # the engine venv's Python is the node's own (offline wheelhouse: uv cannot download one); inventories/sim
@@ -49,22 +49,16 @@ def other_os_cluster(tmp_path_factory):
     state = tmp_path_factory.mktemp("hubstate-other")
     hub = tmp_path_factory.mktemp("hub-other")
     gw = _gateway(f"llmb-{name}")
-    srv = subprocess.Popen([str(ROOT / ".venv/bin/python"), str(ROOT / "tests/hfserver/server.py"), "--root", str(hub),
-                            "--bind", gw, "--port", "0", "--state-dir", str(state),
-                            "--generate", "llmb-test/kimi-k2-sim"])
+    srv = None
     try:
-        for _ in range(600):
-            if (state / "port").exists() and (state / "port").read_text().strip():
-                break
-            if srv.poll() is not None:
-                raise RuntimeError("the test hub server exited at start")
-            time.sleep(0.1)
-        c = Cluster(inv, f"http://{gw}:{(state / 'port').read_text().strip()}", hub)
+        srv, url = start_hub(hub, state, gw)
+        c = Cluster(inv, url, hub)
         c.up_seconds = up_s
         yield c
     finally:
-        srv.terminate()
-        srv.wait(10)
+        if srv is not None:
+            srv.terminate()
+            srv.wait(10)
         if not KEEP:
             subprocess.run([sim, "down", "--name", name], capture_output=True)
 
