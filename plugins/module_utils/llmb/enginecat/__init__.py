@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .requirements import read_requirements
+from .requirements import read_plugin_requirements, read_requirements
 
 GENERATOR = "scripts/engine-catalog extract"
 FORMAT_NOTE = [
@@ -46,10 +46,12 @@ class EngineSpec:
     command: tuple[str, ...]
     python: str = "3.12"
     extra: tuple[str, ...] = ()
-    # a platform plugin that is not on the package index for x86 (vllm-ascend): its CLI is that of the
-    # base release it pairs with (same version without the rcN suffix), installed and walked instead
+    # a platform plugin whose CLI is that of the base release it pairs with (same version without the
+    # rcN suffix): the venv holds both, the plugin installed without its dependencies (see make_venv)
     pairs_with: str | None = None
     note: str = ""
+    # False: the package index holds no installable release (a stub, another package): source mode only
+    on_index: bool = True
 
 
 ENGINES: dict[str, EngineSpec] = {
@@ -57,19 +59,25 @@ ENGINES: dict[str, EngineSpec] = {
     "sglang": EngineSpec("sglang", "sglang", "sglang", "python -m sglang.launch_server",
                          ("python", "-m", "sglang.launch_server")),
     "ray": EngineSpec("ray", "ray", "ray", "ray start", ("ray", "start"), extra=("click",)),
-    "trtllm": EngineSpec("trtllm", "tensorrt-llm", "trtllm", "trtllm-serve serve", ("trtllm-serve", "serve")),
+    "trtllm": EngineSpec("trtllm", "tensorrt-llm", "trtllm", "trtllm-serve serve", ("trtllm-serve", "serve"),
+                         on_index=False),
     "ktransformers": EngineSpec(
         "ktransformers", "ktransformers", "ktransformers", "python -m ktransformers.server.main",
-        ("python", "-m", "ktransformers.server.main"), python="3.11",
+        ("python", "-m", "ktransformers.server.main"), python="3.11", on_index=False,
         note="KTransformers' server wheels are GitHub release assets built per CUDA/torch/CPU, not on the "
-             "package index; with LLMB_ENGINE_SOURCE=<a git archive of the release tag> and --venv <any venv> "
-             "the parser of ktransformers/server/args.py is walked from that source with its heavy imports "
-             "stubbed (option strings, types, actions; defaults come from the site's config.yaml: null)"),
+             "package index (ktransformers 0.5+ there is kt-kernel, another package); option strings, types "
+             "and actions are the release's, defaults (read from the site's config.yaml at start) are null"),
     "vllm-ascend": EngineSpec(
         "vllm-ascend", "vllm-ascend", "vllm-ascend", "vllm serve", ("vllm", "serve"), pairs_with="vllm",
-        note="vllm-ascend is an Ascend platform plugin (torch_npu, CANN) without an x86 release on the package "
-             "index; `vllm serve` on Ascend is the paired vLLM release's parser, walked here from that release; "
-             "options the plugin itself adds, if any, are not in this file"),
+        python="3.11",
+        note="vllm-ascend is an Ascend platform plugin with x86 wheels on the package index (cp310/cp311, "
+             "manylinux_2_24), installed here beside the vLLM release it pairs with, without its dependencies "
+             "(triton-ascend==3.2.1 is not on the index; torch-npu needs CANN). The plugin cannot load on x86 "
+             "without CANN: its platform and general plugins import torch_npu (vllm_ascend/utils.py), and "
+             "torch-npu 2.10.0 itself fails on import without CANN's libhccl.so; so the parser walked is the "
+             "paired vLLM release's with the plugin's entry points off (VLLM_PLUGINS), the load error recorded "
+             "under 'plugin'. What the plugin changes at platform load (it appends 'ascend' to --quantization "
+             "choices) is not in this file"),
 }
 DIST_TO_ENGINE = {s.dist: s.engine for s in ENGINES.values()}
 
@@ -139,6 +147,14 @@ def _kind(opt: dict) -> str:
     return "str"
 
 
+def strings_sha256(strings: Any) -> str:
+    """sha256 of the option strings, sorted, one per line (the generated set's header records it; the
+    unit tests recompute it from the file's flags, so a hand edit of the flags shows)."""
+    import hashlib
+
+    return hashlib.sha256("".join(s + "\n" for s in sorted(strings)).encode("utf-8")).hexdigest()
+
+
 def flags_from_options(options: list[dict]) -> tuple[dict[str, dict[str, Any]], int]:
     """(canonical option -> spec, number of option strings) from the walked parser actions."""
     flags: dict[str, dict[str, Any]] = {}
@@ -185,6 +201,11 @@ def flags_from_options(options: list[dict]) -> tuple[dict[str, dict[str, Any]], 
 def build_doc(raw: dict, eng: EngineSpec, version: str, requirements: dict[str, Any] | None,
               generator: dict[str, Any]) -> dict[str, Any]:
     flags, count = flags_from_options(raw["options"])
+    strings = {s for o in raw["options"] if o["action"] not in ("_HelpAction", "_VersionAction")
+               for s in o["option_strings"]}
+    listed = set(flags) | {s for spec in flags.values() for s in spec.get("aliases", []) + spec.get("negation", [])}
+    if listed != strings:  # every option string of the parser is one of a flag's spellings, nothing else
+        raise ExtractError(f"option strings lost or invented: {sorted(strings ^ listed)[:10]}")
     pos = raw.get("positionals") or []
     positional = None
     if pos:
@@ -203,6 +224,7 @@ def build_doc(raw: dict, eng: EngineSpec, version: str, requirements: dict[str, 
         "underscore_equivalent": bool(probes.get("underscore_equivalent", False)),
         "positional": positional,
         "option_strings": count,
+        "option_strings_sha256": strings_sha256(strings),
         "help_options": sorted(s for o in raw["options"] if o["action"] in ("_HelpAction", "_VersionAction")
                                for s in o["option_strings"]),
         "flags": flags,
@@ -212,6 +234,8 @@ def build_doc(raw: dict, eng: EngineSpec, version: str, requirements: dict[str, 
         "requirements": requirements or {},
         "generator": generator,
     }
+    if raw.get("plugin"):
+        doc["plugin"] = raw["plugin"]
     return doc
 
 
@@ -224,7 +248,9 @@ def render(doc: dict[str, Any]) -> str:
         *textwrap.wrap(f"Where from: {gen.get('release', '?')} ({gen.get('method', '?')})", 98,
                        break_on_hyphens=False),
         *textwrap.wrap(f"Note: {gen['notes']}" if gen.get("notes") else "", 98, break_on_hyphens=False),
-        f"option strings: {doc.get('option_strings')}; hand-kept knowledge: data/engines/hand/{doc['engine']}.yml",
+        f"option strings: {doc.get('option_strings')}, sha256 of the sorted list (one per line): "
+        f"{doc.get('option_strings_sha256', '-')}",
+        f"hand-kept knowledge: data/engines/hand/{doc['engine']}.yml",
         *FORMAT_NOTE,
     ]
     out = ["# " + line for line in head]
@@ -296,15 +322,25 @@ ENV_EXTRA = {"PYTHONDONTWRITEBYTECODE": "1", "VLLM_LOGGING_LEVEL": "ERROR", "TOK
 
 
 def make_venv(eng: EngineSpec, version: str, work: Path, log=print) -> Path:
-    """A venv under ``work`` holding <dist>==<version> from the package index (uv, cache in work)."""
+    """A venv under ``work`` holding <dist>==<version> from the package index (uv, cache in work). A
+    platform plugin (``pairs_with``): the base release first, then the plugin without its dependencies."""
+    if not eng.on_index:
+        raise ExtractError(f"{eng.dist}=={version} cannot be installed from the package index here: walk it "
+                           f"from source (--source {eng.dist}=={version}=<file or dir>; docs/engines.md)")
     env = dict(os.environ, UV_CACHE_DIR=str(work / "uv-cache"), **ENV_EXTRA)
     uv = _uv()
     venv = work / "venv"
+    base, base_version = paired(eng, version)
     log(f"venv {venv} (python {eng.python})")
     _run([uv, "venv", "-q", "--python", _python(eng.python), str(venv)], env, "uv venv")
-    log(f"installing {eng.dist}=={version} (uv pip install)")
-    _run([uv, "pip", "install", "-q", "--python", str(venv / "bin" / "python"), f"{eng.dist}=={version}",
-          *eng.extra], env, f"uv pip install {eng.dist}=={version}")
+    py = str(venv / "bin" / "python")
+    log(f"installing {base.dist}=={base_version} (uv pip install)")
+    _run([uv, "pip", "install", "-q", "--python", py, f"{base.dist}=={base_version}", *base.extra], env,
+         f"uv pip install {base.dist}=={base_version}")
+    if base is not eng:
+        log(f"installing {eng.dist}=={version} without its dependencies (uv pip install --no-deps)")
+        _run([uv, "pip", "install", "-q", "--python", py, "--no-deps", f"{eng.dist}=={version}"], env,
+             f"uv pip install --no-deps {eng.dist}=={version}")
     shutil.rmtree(work / "uv-cache", ignore_errors=True)
     return venv
 
@@ -329,6 +365,14 @@ def run_in_venv(venv: Path, args: list[str], stdin: str | None = None, timeout: 
     return json.loads(out[marker + len("@@EXTRACT@@"):])
 
 
+def release_requirements_of(venv: Path, eng: EngineSpec, version: str) -> dict[str, Any]:
+    """What the release needs from the node, read from the venv that holds it: a platform plugin's own
+    METADATA (its runtime is not a Python package), else the release's (requirements.py)."""
+    if eng.pairs_with:
+        return read_plugin_requirements(venv, eng.dist, version)
+    return read_requirements(venv, eng.dist, version)
+
+
 def extract_raw(eng: EngineSpec, version: str, venv: Path | None = None, log=print) -> tuple[dict, dict]:
     """Walk the CLI of <dist>==<version>: in ``venv`` when given (it must hold that release), else in a
     throwaway venv under $TMPDIR that is deleted afterwards. (raw walk, requirements)."""
@@ -340,8 +384,7 @@ def extract_raw(eng: EngineSpec, version: str, venv: Path | None = None, log=pri
             venv = make_venv(eng, version, work, log=log)  # type: ignore[arg-type]
         log("walking the CLI parser")
         raw = run_in_venv(venv, [eng.extractor])
-        reqs = read_requirements(venv, eng.dist, version)
-        return raw, reqs
+        return raw, release_requirements_of(venv, eng, version)
     finally:
         if work is not None:
             shutil.rmtree(work, ignore_errors=True)
@@ -367,20 +410,26 @@ RELEASE_NOTES: dict[tuple[str, str], str] = {
         "hold options 1.1.0 lacks. The file walked is its first 13873 characters (imports through the "
         "docstring of serve(), i.e. every click decorator of `serve`), copied from the code index. "
         "Requirements (CUDA, torch, glibc) are not derivable without the wheel."),
+    ("ktransformers", "0.3.2"): (
+        "the tag v0.3.2 of kvcache-ai/ktransformers is commit 495ae374780bff7aeb4c5742b8a6a13ec1eca221 "
+        "(2025-07-01, 'Merge pull request #1407 from kvcache-ai/v0.3.2'); the tree is `git archive v0.3.2 "
+        "ktransformers/server` of a snapshot of that repository. Requirements are not derivable without the "
+        "release wheel."),
 }
 
 SOURCE_DEPS = ("click==8.1.8",)  # what a source-mode walk installs (click: TRT-LLM's CLI framework)
 
 
 def extract_source(eng: EngineSpec, source: Path, log=print) -> dict:
-    """Walk the CLI defined in one source file of the release (source mode): a throwaway venv holding
-    only SOURCE_DEPS, the file executed there with every other import stubbed (extract_cli.py)."""
-    if not source.is_file():
-        raise ExtractError(f"source file {source} does not exist")
+    """Walk the CLI defined in one source file of the release, or in its source tree (a directory: the
+    release tag's files, KTransformers) (source mode): a throwaway venv holding only SOURCE_DEPS, the
+    source executed there with every other import stubbed (extract_cli.py)."""
+    if not source.exists():
+        raise ExtractError(f"source {source} does not exist")
     work = Path(tempfile.mkdtemp(prefix=f"engcat-{eng.engine}-src-", dir=os.environ.get("TMPDIR", "/tmp")))
     try:
         venv = make_source_venv(eng, work)
-        log(f"walking the CLI defined in {source} (imports other than click stubbed)")
+        log(f"walking the CLI defined in {source} (heavy imports stubbed)")
         return run_in_venv(venv, [eng.extractor], source=source)
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -397,9 +446,24 @@ def make_source_venv(eng: EngineSpec, work: Path) -> Path:
     return venv
 
 
-def source_note(source: Path, ref: str) -> str:
+# The file of a source tree that a source-mode walk reads (the rest of the tree is stubbed or unused).
+SOURCE_TREE_FILE = {"ktransformers": "ktransformers/server/args.py"}
+
+
+def source_note(source: Path, ref: str, engine: str = "") -> str:
     import hashlib
 
+    if source.is_dir():
+        rel = SOURCE_TREE_FILE.get(engine)
+        if rel is None:
+            raise ExtractError(f"a source tree is walked for {', '.join(sorted(SOURCE_TREE_FILE))} only, not {engine}")
+        path = source / rel
+        if not path.is_file():
+            raise ExtractError(f"source tree {source} has no {rel}")
+        data = path.read_bytes()
+        return (f"source tree {ref}, walked file {rel} {len(data)} bytes, sha256 "
+                f"{hashlib.sha256(data).hexdigest()[:16]}; its heavy imports (torch, transformers, the config "
+                "loader) stubbed")
     data = source.read_bytes()
     return (f"{ref}, {len(data)} bytes, sha256 {hashlib.sha256(data).hexdigest()[:16]}; "
             f"walked with {' '.join(SOURCE_DEPS)}, every other import stubbed")
@@ -422,30 +486,29 @@ def extract(spec: str, out_dir: Path, log=print, venv: Path | None = None, sourc
             source_ref: str | None = None, requirements: dict[str, Any] | None = None) -> Path:
     eng, version = parse_spec(spec)
     base, base_version = paired(eng, version)
-    env_tree = os.environ.get("LLMB_ENGINE_SOURCE")
+    if source is None and os.environ.get("LLMB_ENGINE_SOURCE"):  # the older spelling of --source DIR
+        source = Path(os.environ["LLMB_ENGINE_SOURCE"])
     if source is not None:
         if not source_ref:
-            raise ExtractError("--source needs --source-ref: <repo>@<commit>:<path> the file was read from")
-        raw = extract_source(eng, source, log=log)
+            raise ExtractError("--source needs --source-ref: <repo>@<commit>:<path> the source was read from")
+        note = source_note(source, source_ref, eng.engine)
+        raw = extract_source(eng, source, log=log) if venv is None else run_in_venv(venv, [eng.extractor],
+                                                                                      source=source)
         reqs: dict[str, Any] = {}
-        method = "source mode: " + source_note(source, source_ref)
+        method = "source mode: " + note + (f" ({eng.note})" if eng.note else "")
         release = source_ref
-    elif env_tree and venv is not None:  # the release's source tree at its tag (KTransformers: no index wheel)
-        raw, reqs = run_in_venv(venv, [base.extractor]), {}
-        method = f"parser walked from the release's source tree at its tag ({eng.note})"
-        release = f"{base.dist}=={base_version}"
     else:
-        raw, reqs = extract_raw(base, base_version, venv=venv, log=log)
+        raw, reqs = extract_raw(eng, version, venv=venv, log=log)
         method = "installed from the package index; parser walked in the release's own venv"
         release = f"{base.dist}=={base_version}"
     if base is not eng:
-        method = (f"walked from {base.dist}=={base_version}, installed from the package index: " + eng.note)
-        reqs = {}  # the x86 base wheel's CUDA / torch say nothing about the platform plugin's image
+        release = f"{eng.dist}=={version} with {base.dist}=={base_version}"
+        method = f"both installed from the package index into one venv: {eng.note}"
     if requirements:
         reqs = dict(reqs, **requirements)
     command = f"{GENERATOR} {eng.dist}=={version}"
     if source is not None:
-        command += f" --source <file> --source-ref {source_ref}"
+        command += f" --source <{'dir' if source.is_dir() else 'file'}> --source-ref {source_ref}"
     generator = {"command": command, "release": release, "method": method}
     if (eng.engine, version) in RELEASE_NOTES:
         generator["notes"] = RELEASE_NOTES[(eng.engine, version)]

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import ENGINES, ExtractError, make_source_venv, make_venv, paired, run_in_venv
+from . import ENGINES, ExtractError, make_source_venv, make_venv, run_in_venv
 
 
 @dataclass
@@ -114,15 +114,14 @@ def _ray_version(cat: Any) -> str | None:
 
 def _render_again(engine: str, version: str, venv: Path, shipped: dict, source: Path | None) -> str:
     """The file text a regeneration from ``venv`` writes (same generator block as the shipped file)."""
-    from . import apply_stubbed, build_doc, read_requirements, render
+    from . import apply_stubbed, build_doc, release_requirements_of, render
 
     eng = ENGINES[engine]
-    base, base_version = paired(eng, version)
     raw = run_in_venv(venv, [eng.extractor], source=source)
-    if source is not None or eng.pairs_with:
-        reqs = shipped.get("requirements", {})  # not read from this venv (source mode, paired plugin)
+    if source is not None:
+        reqs = shipped.get("requirements", {})  # not read from this venv (source mode: no release installed)
     else:
-        reqs = read_requirements(venv, base.dist, base_version)
+        reqs = release_requirements_of(venv, eng, version)
     doc = build_doc(raw, eng, version, reqs, shipped.get("generator", {}))
     apply_stubbed(doc, raw.get("stubbed") or {})
     return render(doc)
@@ -164,7 +163,6 @@ def check_release(engine: str, version: str, cases: list[Case], venv_dir: Path |
 
     eng = ENGINES[engine]
     payload = json.dumps([{"id": c.id + f"@{version}", "args": c.args} for c in cases])
-    base, base_version = paired(eng, version)
 
     def run(venv: Path) -> list[dict[str, Any]]:
         out = run_in_venv(venv, ["check", eng.extractor], stdin=payload, source=source)
@@ -181,7 +179,7 @@ def check_release(engine: str, version: str, cases: list[Case], venv_dir: Path |
         if source is not None:
             venv = make_source_venv(eng, work)
         else:
-            venv = make_venv(base, base_version, work, log=log)
+            venv = make_venv(eng, version, work, log=log)
         return run(venv)
     finally:
         shutil.rmtree(work, ignore_errors=True)

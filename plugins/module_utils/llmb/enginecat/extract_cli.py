@@ -1,6 +1,8 @@
 """Run INSIDE a throwaway venv that holds one engine release: walk its real CLI, print JSON.
 
-    python extract_cli.py vllm|vllm-ascend|sglang|ray|trtllm
+    python extract_cli.py vllm|vllm-ascend|sglang|ray|trtllm|ktransformers
+    python extract_cli.py check <engine>      # planned argv (JSON on stdin) through the parser
+    python extract_cli.py plugin-probe        # vLLM's platform resolution with the installed plugins
 
 Standard library plus the installed engine only (this file is copied into nothing: it is run by
 path with the venv's interpreter). Prints one JSON document on stdout:
@@ -181,6 +183,70 @@ def vllm_parser():
         from vllm.entrypoints.launchers.cli_args import make_arg_parser
 
     return make_arg_parser(FlexibleArgumentParser(prog="vllm serve"))
+
+
+def plugin_probe() -> dict:
+    """Run in a child interpreter (``extract_cli.py plugin-probe``): vLLM's own platform resolution, which
+    loads the installed platform plugins (vllm-ascend's NPUPlatform), then its serve parser with the
+    general plugins. {"loaded": true, "platform": ...} or {"loaded": false, "error": ..., "at": file:line}."""
+    import traceback
+
+    try:
+        from vllm.platforms import current_platform
+
+        platform = f"{type(current_platform).__module__}.{type(current_platform).__name__}"
+        try:
+            from vllm.utils.argparse_utils import FlexibleArgumentParser
+        except ImportError:
+            from vllm.utils import FlexibleArgumentParser
+        from vllm.entrypoints.openai.cli_args import make_arg_parser
+
+        make_arg_parser(FlexibleArgumentParser(prog="vllm serve"))
+        return {"loaded": True, "platform": platform}
+    except Exception as exc:  # noqa: BLE001 - the error is the finding
+        frames = traceback.extract_tb(exc.__traceback__)
+        at = ""
+        for fr in frames:  # the innermost frame inside an installed package
+            if "site-packages" in fr.filename:
+                at = f"{fr.filename.split('site-packages/', 1)[1]}:{fr.lineno}"
+        return {"loaded": False, "error": f"{type(exc).__name__}: {exc}".splitlines()[0], "at": at}
+
+
+def vllm_plugin_parser(dist: str = "vllm-ascend"):
+    """vllm-ascend: the parser of `vllm serve` with the platform plugin when it loads here; else (no
+    CANN on this machine) the paired vLLM release's own parser with the plugin's entry points off
+    (VLLM_PLUGINS names the other plugins only: vLLM's own LoRA resolvers), and the plugin's load error.
+    (parser, plugin record)."""
+    import subprocess
+    from importlib import metadata
+
+    env = dict(os.environ)
+    env.pop("VLLM_PLUGINS", None)
+    proc = subprocess.run([sys.executable, os.path.abspath(__file__), "plugin-probe"], env=env,
+                          capture_output=True, text=True, check=False, timeout=900)
+    out = proc.stdout
+    mark = out.rfind("@@EXTRACT@@")
+    probe_doc = json.loads(out[mark + len("@@EXTRACT@@"):]) if mark >= 0 else {
+        "loaded": False, "error": f"plugin probe exited {proc.returncode}", "at": ""}
+    groups = ("vllm.platform_plugins", "vllm.general_plugins")
+    eps = [(group, ep) for group in groups for ep in metadata.entry_points(group=group)]
+    own = {ep.name for ep in metadata.distribution(dist).entry_points if ep.group in groups}
+    record = {"entry_points": sorted(f"{g}:{ep.name}={ep.value}" for g, ep in eps if ep.name in own), **probe_doc}
+    if not probe_doc.get("loaded"):
+        others = sorted({ep.name for _g, ep in eps if ep.name not in own})
+        os.environ["VLLM_PLUGINS"] = ",".join(others)  # vLLM loads only the plugins named here
+        record["walked"] = "the paired vLLM release's parser, the plugin's entry points off (VLLM_PLUGINS=" + \
+            ",".join(others) + ")"
+        return vllm_parser(), record
+    from vllm.platforms import current_platform  # noqa: F401 - the plugin's platform
+
+    try:
+        from vllm.utils.argparse_utils import FlexibleArgumentParser
+    except ImportError:
+        from vllm.utils import FlexibleArgumentParser
+    from vllm.entrypoints.openai.cli_args import make_arg_parser
+
+    return make_arg_parser(FlexibleArgumentParser(prog="vllm serve")), record
 
 
 def vllm_registries() -> dict:
@@ -487,8 +553,9 @@ def check(engine: str) -> int:
 
     cases = json.load(sys.stdin)
     results = []
-    if engine in ("vllm", "vllm-ascend", "sglang"):
-        parser = vllm_parser() if engine != "sglang" else sglang_parser()
+    if engine in ("vllm", "vllm-ascend", "sglang", "ktransformers"):
+        parser = {"vllm": vllm_parser, "sglang": sglang_parser, "ktransformers": ktransformers_parser,
+                  "vllm-ascend": lambda: vllm_plugin_parser()[0]}[engine]()
         for case in cases:
             err = io.StringIO()
             with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
@@ -520,12 +587,20 @@ def main(argv: list[str]) -> int:
     logging.disable(logging.CRITICAL)
     if argv[1] == "check":
         return check(argv[2])
+    if argv[1] == "plugin-probe":
+        sys.stdout.write("\n@@EXTRACT@@" + json.dumps(plugin_probe(), sort_keys=True) + "\n")
+        return 0
     engine = argv[1]
     parser = None
-    if engine in ("vllm", "vllm-ascend"):
+    if engine == "vllm":
         parser = vllm_parser()
         doc = walk_argparse(parser)
         doc.update(vllm_registries())
+    elif engine == "vllm-ascend":
+        parser, plugin = vllm_plugin_parser()
+        doc = walk_argparse(parser)
+        doc.update(vllm_registries())
+        doc["plugin"] = plugin
     elif engine == "sglang":
         parser = sglang_parser()
         doc = walk_argparse(parser)

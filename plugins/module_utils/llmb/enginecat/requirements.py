@@ -7,6 +7,10 @@
   WHEEL names none (vLLM's says linux_x86_64), the newest GLIBC_x.y its .so files need (SHT_GNU_verneed);
 - rocm: the N.M of a ROCm build (librocm / libamdhip64 DT_NEEDED, or +rocmN.M in the version).
 
+A platform plugin whose runtime is not a Python package (vllm-ascend: CANN) is read from its own
+wheel instead (read_plugin_requirements): the torch / torch-npu pins of its METADATA, Requires-Python,
+the glibc of its wheel tag, and the CANN and Python versions its Prerequisites section names.
+
 CUDA_MIN_DRIVER maps a CUDA major to the oldest NVIDIA driver branch that runs it (CUDA 12.x:
 525.60.13, CUDA 13.x: 580.65.06; NVIDIA's CUDA toolkit release notes, minor-version compatibility).
 driver_problem() is the one decision 'this driver cannot run that release' (verify and preflight).
@@ -239,4 +243,54 @@ def read_requirements(venv: Path, dist: str, version: str) -> dict[str, Any]:
         out["rocm_libs"] = sorted(rocm)
     if "cuda_major" in out:
         out["nvidia_driver_min"] = CUDA_MIN_DRIVER.get(out["cuda_major"])
+    return out
+
+
+def _meta_pin(meta: str, name: str) -> str | None:
+    """The version specifier of ``Requires-Dist: <name>`` (no extra, any spelling of the name)."""
+    want = re.sub(r"[-_.]+", "-", name).lower()
+    for line in meta.splitlines():
+        m = re.match(r"Requires-Dist:\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*([^;]*?)\s*(;.*)?$", line)
+        if m and re.sub(r"[-_.]+", "-", m.group(1)).lower() == want and "extra ==" not in (m.group(3) or ""):
+            return m.group(2).strip().strip("()") or "any"
+    return None
+
+
+def read_plugin_requirements(venv: Path, dist: str, version: str) -> dict[str, Any]:
+    """What a platform plugin (vllm-ascend) needs, read from its installed wheel's METADATA and WHEEL:
+    torch and torch-npu pins (Requires-Dist), Python (Requires-Python, narrowed by the Prerequisites
+    section of its description: 'Python >= 3.10, < 3.12'), CANN ('CANN == 9.0.0', same section), the glibc
+    of its manylinux tag. ``requirements_from`` names the files."""
+    sites = sorted(Path(venv).glob("lib/python*/site-packages"))
+    info = _dist_info(sites[0], dist, version) if sites else None
+    if info is None:
+        return {}
+    meta = (info / "METADATA").read_text(encoding="utf-8", errors="replace") if (info / "METADATA").is_file() else ""
+    wheel = (info / "WHEEL").read_text(encoding="utf-8", errors="replace") if (info / "WHEEL").is_file() else ""
+    out: dict[str, Any] = {}
+    for name, key in (("torch", "torch"), ("torch-npu", "torch_npu")):
+        pin = _meta_pin(meta, name)
+        if pin:
+            out[key] = pin
+    from_ = ["METADATA Requires-Dist (torch, torch-npu)"]
+    prereq = []
+    m = re.search(r"^\s*[-*]\s*CANN\s*(==|>=)\s*([0-9][0-9A-Za-z.]*)", meta, re.M)
+    if m:
+        out["cann"] = f"{m.group(1)}{m.group(2)}"
+        prereq.append("CANN")
+    m = re.search(r"^\s*[-*]\s*Python\s*(>=\s*[0-9.]+\s*,\s*<\s*[0-9.]+)", meta, re.M)
+    req_py = re.search(r"^Requires-Python:\s*(\S.*?)\s*$", meta, re.M)
+    if m:
+        out["python"] = re.sub(r"\s+", "", m.group(1))
+        prereq.append("Python")
+    elif req_py:
+        out["python"] = re.sub(r"\s+", "", req_py.group(1))
+        from_.append("METADATA Requires-Python")
+    if prereq:
+        from_.append(f"the Prerequisites section of its METADATA description ({', '.join(prereq)})")
+    tags = sorted(set(re.findall(r"manylinux_(\d+)_(\d+)", wheel)), key=lambda t: (int(t[0]), int(t[1])))
+    if tags:
+        out["glibc"] = f"{tags[0][0]}.{tags[0][1]}"
+        from_.append("WHEEL tag (glibc)")
+    out["requirements_from"] = f"{info.name}: " + "; ".join(from_)
     return out
