@@ -74,3 +74,49 @@ def test_choices_and_derived_defaults_are_shown():
     assert "# weights_strategy: " in text and "#   type: str; valid: shared | each | relay" in text
     assert "#   default: derived: {{ llmb_platform }}" in text
     assert "#   secret: keep it in ansible-vault" in text  # weights_hf_token (no_log)
+
+
+def test_samples_list_every_engine_and_every_shipped_release():
+    """llmb.yml's `valid:` lines come from where the values are kept (scripts/inventory-knobs)."""
+    import sys
+
+    sys.path.insert(0, str(ROOT / "plugins" / "module_utils"))
+    from llmb.catalog import Catalog
+    from llmb.planner.inventory import engine_names
+
+    cat = Catalog(ROOT / "data")
+    for inv in SAMPLES:
+        text = (inv / "group_vars" / "all" / "llmb.yml").read_text()
+        if "# llmb_engine: " not in text:
+            continue  # the local-* samples run the verify stage only
+        joined = re.sub(r"\n#     ", " ", text)
+        engine_line = re.search(r"^# llmb_engine: .*\n#   valid: (.*)$", joined, re.M).group(1)
+        assert engine_line.split(" | ") == list(engine_names()), inv.name
+        assert "ktransformers" in engine_line
+        versions = re.search(r"^#   valid: (vllm: .*)$", joined, re.M).group(1)
+        for engine in engine_names():
+            assert f"{engine}: {' '.join(cat.flagset_versions(engine))}" in versions, (inv.name, engine)
+        assert max(len(line) for line in text.splitlines() if line.startswith("#   valid")) <= 110
+
+
+def test_a_new_engine_is_drift_in_the_samples_llmb_yml(tmp_path):
+    from dataclasses import replace
+    from types import SimpleNamespace
+
+    from llmb.planner import engines
+
+    inv = tmp_path / "inventories"
+    shutil.copytree(ROOT / "inventories" / "h800", inv / "h800")
+    assert IK.drift(inv) == []
+    vllm = engines.ENGINES["vllm"]
+    fake = SimpleNamespace(CAPS=replace(vllm.CAPS, name="newengine"), topology=vllm.topology,
+                           engine_args=vllm.engine_args, services=vllm.services)
+    engines.register(fake)
+    try:
+        problems = IK.drift(inv)
+        assert len(problems) == 1 and "h800/group_vars/all/llmb.yml" in problems[0]
+        fixed = IK.refresh_llmb((inv / "h800" / "group_vars" / "all" / "llmb.yml").read_text(), IK.llmb_valid())
+        assert "#   valid: vllm | vllm-ascend | sglang | trtllm | ktransformers | newengine" in fixed
+        assert yaml.safe_load(fixed) == yaml.safe_load((ROOT / "inventories/h800/group_vars/all/llmb.yml").read_text())
+    finally:
+        engines.unregister("newengine")

@@ -73,6 +73,28 @@ def test_real_parser_counts(name, count):
     assert set(doc["help_options"]) == {"-h", "--help"}
 
 
+@pytest.mark.parametrize("name", CAT.flagset_names())
+def test_every_set_holds_exactly_the_option_strings_its_generation_walked(name):
+    """Each set records, at generation, the sha256 of the sorted option strings the real parser had
+    (build_doc, from the walk); the flags in the file must give the same digest, so a flag, alias or
+    --no- form added or dropped by hand (and the file re-rendered) fails here, not only a count."""
+    doc = CAT.flagset_doc(name)
+    strings = option_strings(doc)
+    assert doc["option_strings"] == len(strings), name
+    assert doc["option_strings_sha256"] == E.strings_sha256(strings), f"{name}: regenerate it, do not edit it"
+    head = [ln for ln in (DATA / "engines" / f"{name}.yml").read_text().splitlines() if ln.startswith("#")]
+    assert any(doc["option_strings_sha256"] in ln and f"option strings: {len(strings)}," in ln for ln in head)
+
+
+def test_the_digest_catches_a_flag_edited_by_hand():
+    doc = json.loads(json.dumps(CAT.flagset_doc("vllm-0.19.1")))
+    recorded = doc["option_strings_sha256"]
+    spec = doc["flags"].pop("--max-model-len")
+    assert E.strings_sha256(option_strings(doc)) != recorded
+    doc["flags"]["--max-model-len"] = dict(spec, aliases=sorted(spec.get("aliases", []) + ["--max-len"]))
+    assert len(option_strings(doc)) == doc["option_strings"] + 1 and E.strings_sha256(option_strings(doc)) != recorded
+
+
 def test_vllm_0_19_1_has_the_flags_the_hand_set_missed_and_none_of_its_phantoms():
     strings = option_strings(CAT.flagset_doc("vllm-0.19.1"))
     for real in ("--attention-backend", "--moe-backend", "--nnodes", "--node-rank", "--master-addr",
@@ -505,3 +527,115 @@ def test_elf_glibc_reads_the_newest_glibc_symbol_version_of_a_real_binary():
 
     assert elf_glibc(Path(sys.executable).resolve()) is not None
     assert elf_glibc(Path(__file__)) is None  # not an ELF file
+
+
+# --------------------------------------------------------------------------- vllm-ascend, KTransformers
+
+
+def test_vllm_ascend_set_records_the_plugin_it_could_not_load_and_its_wheel_requirements():
+    doc = CAT.flagset_doc("vllm-ascend-0.20.2rc1")
+    plugin = doc["plugin"]
+    assert plugin["loaded"] is False and "torch_npu" in plugin["error"] and plugin["at"].startswith("vllm_ascend/")
+    assert "vllm.platform_plugins:ascend=vllm_ascend:register" in plugin["entry_points"]
+    assert doc["generator"]["release"] == "vllm-ascend==0.20.2rc1 with vllm==0.20.2"
+    head = "\n".join(ln for ln in (DATA / "engines" / "vllm-ascend-0.20.2rc1.yml").read_text().splitlines()
+                     if ln.startswith("#"))
+    assert "without an x86 release" not in head and "x86 wheels on the package index" in " ".join(head.split())
+    req = CAT.release_requirements("vllm-ascend", "0.20.2rc1")["requirements"]
+    assert req["cann"] == "==9.0.0" and req["torch"] == "==2.10.0" and req["torch_npu"] == "==2.10.0"
+    assert req["python"] == ">=3.10,<3.12" and req["glibc"] == "2.24"
+    assert req["requirements_from"].startswith("vllm_ascend-0.20.2rc1.dist-info: METADATA")
+    assert "cuda_major" not in req  # no NVIDIA driver finding for an Ascend release
+
+
+def _fake_dist(site: Path, name: str, version: str, meta: str, tag: str) -> None:
+    info = site / f"{name}-{version}.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(meta)
+    (info / "WHEEL").write_text(f"Wheel-Version: 1.0\nRoot-Is-Purelib: false\nTag: {tag}\n")
+
+
+def test_plugin_requirements_read_from_its_metadata(tmp_path):
+    from llmb.enginecat.requirements import read_plugin_requirements
+
+    site = tmp_path / "lib" / "python3.11" / "site-packages"
+    _fake_dist(site, "vllm_ascend", "9.9.9", "Metadata-Version: 2.4\nName: vllm_ascend\nRequires-Python: >=3.10\n"
+               "Requires-Dist: torch==2.10.0\nRequires-Dist: torch-npu==2.10.0\n"
+               "Requires-Dist: pytest; extra == 'test'\n\n## Prerequisites\n- Software:\n"
+               "    - Python >= 3.10, < 3.12\n    - CANN == 9.0.0 (For Ascend HDK version, see ...)\n",
+               "cp311-cp311-manylinux_2_24_x86_64")
+    got = read_plugin_requirements(tmp_path, "vllm-ascend", "9.9.9")
+    assert got == {"torch": "==2.10.0", "torch_npu": "==2.10.0", "cann": "==9.0.0", "python": ">=3.10,<3.12",
+                   "glibc": "2.24", "requirements_from": "vllm_ascend-9.9.9.dist-info: METADATA Requires-Dist "
+                   "(torch, torch-npu); the Prerequisites section of its METADATA description (CANN, Python); "
+                   "WHEEL tag (glibc)"}
+    # without the Prerequisites section: Requires-Python, and no CANN is made up
+    other = tmp_path / "o"
+    _fake_dist(other / "lib" / "python3.11" / "site-packages", "vllm_ascend", "9.9.9",
+               "Name: vllm_ascend\nRequires-Python: >=3.10\nRequires-Dist: torch==2.10.0\n", "py3-none-any")
+    got = read_plugin_requirements(other, "vllm-ascend", "9.9.9")
+    assert got["python"] == ">=3.10" and "cann" not in got and "glibc" not in got
+
+
+def test_a_release_not_on_the_index_is_refused_before_any_install(tmp_path):
+    for spec in ("ktransformers==0.3.2", "tensorrt-llm==1.1.0"):
+        eng, version = E.parse_spec(spec)
+        with pytest.raises(E.ExtractError, match="--source"):
+            E.make_venv(eng, version, tmp_path)
+    assert not (tmp_path / "venv").exists()
+
+
+TOY_KT_ARGS = """import argparse
+from ktransformers.server.backend.args import ConfigArgs, default_args
+from transformers import AutoConfig
+
+
+class ArgumentParser:
+    def __init__(self, cfg):
+        self.cfg = cfg
+
+    def parse_args(self):
+        parser = argparse.ArgumentParser(prog="kvcache.ai")
+        parser.add_argument("--port", type=int, default=self.cfg.server_port)
+        parser.add_argument("--gguf_path", type=str, default=self.cfg.gguf_path)
+        parser.add_argument("--cpu_infer", type=int, default=self.cfg.cpu_infer)
+        return parser.parse_args()
+"""
+
+
+def _toy_kt_tree(root: Path) -> Path:
+    server = root / "ktransformers" / "server"
+    server.mkdir(parents=True)
+    (server / "args.py").write_text(TOY_KT_ARGS)
+    return root
+
+
+def test_ktransformers_source_tree_walked_and_checked_with_its_own_argparse_parser(tmp_path, monkeypatch):
+    """The KTransformers tree (no index wheel): extract --source DIR writes the set naming the commit,
+    and the check parses planned argv with that argparse parser (not a click command)."""
+    tree = _toy_kt_tree(tmp_path / "src")
+    venv = Path(sys.prefix)
+    out = tmp_path / "out"
+    monkeypatch.delenv("LLMB_ENGINE_SOURCE", raising=False)
+    path = E.extract("ktransformers==9.9.9", out, log=lambda m: None, venv=venv, source=tree,
+                     source_ref="kvcache-ai/ktransformers@0123456789abcdef0123456789abcdef01234567:ktransformers/server")
+    doc = _doc_text(path)
+    assert sorted(doc["flags"]) == ["--cpu_infer", "--gguf_path", "--port"]
+    assert doc["generator"]["release"].startswith("kvcache-ai/ktransformers@0123456789abcdef")
+    assert "--source <dir> --source-ref kvcache-ai/ktransformers@0123456789abcdef" in path.read_text().splitlines()[1]
+    cases = [{"id": "ok", "args": ["--gguf_path", "/m", "--cpu_infer", "60"]}, {"id": "bad", "args": ["--nope", "1"]}]
+    got = {r["id"]: r for r in E.run_in_venv(venv, ["check", "ktransformers"], stdin=json.dumps(cases), source=tree)}
+    assert got["ok"]["ok"] is True
+    assert got["bad"]["ok"] is False and "--nope" in got["bad"]["error"]
+    # the older spelling, LLMB_ENGINE_SOURCE=<tree>, reaches the walk too (it used to be dropped)
+    monkeypatch.setenv("LLMB_ENGINE_SOURCE", str(tree))
+    again = E.extract("ktransformers==9.9.9", out, log=lambda m: None, venv=venv,
+                      source_ref="kvcache-ai/ktransformers@0123456789abcdef0123456789abcdef01234567:ktransformers/server")
+    assert again.read_text() == path.read_text()
+
+
+def test_shipped_ktransformers_set_names_the_commit_of_its_tag():
+    text = (DATA / "engines" / "ktransformers-0.3.2.yml").read_text()
+    head = " ".join(ln[2:] for ln in text.splitlines() if ln.startswith("#"))
+    assert "--source-ref kvcache-ai/ktransformers@495ae374780bff7aeb4c5742b8a6a13ec1eca221" in head
+    assert "v0.3.2" in head

@@ -203,9 +203,6 @@ def build_doc(raw: dict, eng: EngineSpec, version: str, requirements: dict[str, 
     flags, count = flags_from_options(raw["options"])
     strings = {s for o in raw["options"] if o["action"] not in ("_HelpAction", "_VersionAction")
                for s in o["option_strings"]}
-    listed = set(flags) | {s for spec in flags.values() for s in spec.get("aliases", []) + spec.get("negation", [])}
-    if listed != strings:  # every option string of the parser is one of a flag's spellings, nothing else
-        raise ExtractError(f"option strings lost or invented: {sorted(strings ^ listed)[:10]}")
     pos = raw.get("positionals") or []
     positional = None
     if pos:
