@@ -70,14 +70,12 @@ ENGINES: dict[str, EngineSpec] = {
     "vllm-ascend": EngineSpec(
         "vllm-ascend", "vllm-ascend", "vllm-ascend", "vllm serve", ("vllm", "serve"), pairs_with="vllm",
         python="3.11",
-        note="vllm-ascend is an Ascend platform plugin with x86 wheels on the package index (cp310/cp311, "
-             "manylinux_2_24), installed here beside the vLLM release it pairs with, without its dependencies "
-             "(triton-ascend==3.2.1 is not on the index; torch-npu needs CANN). The plugin cannot load on x86 "
-             "without CANN: its platform and general plugins import torch_npu (vllm_ascend/utils.py), and "
-             "torch-npu 2.10.0 itself fails on import without CANN's libhccl.so; so the parser walked is the "
-             "paired vLLM release's with the plugin's entry points off (VLLM_PLUGINS), the load error recorded "
-             "under 'plugin'. What the plugin changes at platform load (it appends 'ascend' to --quantization "
-             "choices) is not in this file"),
+        note="vllm-ascend is an Ascend platform plugin with x86 wheels on the package index, installed here "
+             "beside the vLLM release it pairs with, without its dependencies (its torch-npu pin needs CANN). "
+             "Where the plugin cannot load (no CANN here: its platform and general plugins import torch_npu), "
+             "the parser walked is the paired vLLM release's with the plugin's entry points off (VLLM_PLUGINS), "
+             "the load error recorded under 'plugin'; what the plugin changes at platform load is then not in "
+             "this file"),
 }
 DIST_TO_ENGINE = {s.dist: s.engine for s in ENGINES.values()}
 
@@ -407,6 +405,15 @@ RELEASE_NOTES: dict[tuple[str, str], str] = {
         "hold options 1.1.0 lacks. The file walked is its first 13873 characters (imports through the "
         "docstring of serve(), i.e. every click decorator of `serve`), copied from the code index. "
         "Requirements (CUDA, torch, glibc) are not derivable without the wheel."),
+    ("vllm-ascend", "0.20.2rc1"): (
+        "wheels cp310/cp311 manylinux_2_24_x86_64 on the index; its dependencies triton-ascend==3.2.1 (not on "
+        "the index) and torch-npu==2.10.0 are not installed: torch-npu 2.10.0 fails on import without CANN "
+        "('ImportError: libhccl.so: cannot open shared object file', seen here in a venv holding it, where "
+        "`import torch` then fails too, on its backend autoload). Not applied, so not in this file: the "
+        "plugin's global patches (vllm_ascend/patch/platform). Its NPUPlatform.pre_register_and_update "
+        "appends 'ascend' to the choices of --quantization only where that option has choices; vLLM 0.20.2's "
+        "has none (any string passes), so `--quantization ascend` passes this set as it would the plugin's "
+        "parser."),
     ("ktransformers", "0.3.2"): (
         "the tag v0.3.2 of kvcache-ai/ktransformers is commit 495ae374780bff7aeb4c5742b8a6a13ec1eca221 "
         "(2025-07-01, 'Merge pull request #1407 from kvcache-ai/v0.3.2'); the tree is `git archive v0.3.2 "
