@@ -32,8 +32,8 @@ lint: venv ## ruff + ansible-lint (production profile)
 	ruff check .
 	ansible-lint --offline -q
 
-unit: venv sim-stub ## pytest: parsers, planner, patcher, simulator, engine double
-	pytest -q -p no:cacheprovider tests/unit
+unit: venv sim-stub ## pytest: parsers, planner, patcher, simulator, engine double; stage 0's driver refusal
+	pytest -q -p no:cacheprovider tests/unit tests/integration/test_preflight_engine_driver.py
 
 units-verify: venv image ## every sample inventory's systemd units: systemd-analyze verify + started in one node
 	pytest -q -p no:cacheprovider tests/integration/test_units_verify.py

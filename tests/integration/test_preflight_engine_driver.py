@@ -3,7 +3,7 @@ anything is downloaded: `ansible-playbook playbooks/preflight.yml` against one s
 controller itself over the local connection, `nvidia-smi` the accelerator simulator's, driver
 570.148.08) with the h100 sample inventory pinned to vLLM 0.23.0 (links libcudart.so.13).
 
-Not in `make test` (about 45 s: planning plus one ansible run); run it with
+Part of `make unit` (about 45 s: planning plus one ansible run, no docker); alone:
 `pytest -q -p no:cacheprovider tests/integration/test_preflight_engine_driver.py`.
 """
 
