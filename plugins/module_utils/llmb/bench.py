@@ -221,3 +221,21 @@ def vllm_bench_figures(result: dict, requests: int) -> dict:
         if key in result and not isinstance(result[key], (dict, list)):
             out[key] = result[key]
     return out
+
+
+TOOLS = ("auto", "vllm", "client")
+
+
+def bench_tool(services: list, tool: str = "auto") -> str:
+    """Which benchmark runs for these API services: "vllm" (`vllm bench serve`, the recipes' tool)
+    where every one runs `vllm serve`, else "client" (run_bench); bench_tool forces one. ValueError
+    names the variable for a choice that cannot be honoured."""
+    if tool not in TOOLS:
+        raise ValueError(f"bench_tool is {tool!r}, expected one of {', '.join(TOOLS)}")
+    if tool == "client":
+        return "client"
+    missing = [str((s or {}).get("name")) for s in services or [] if vllm_bench_target(s) is None]
+    if tool == "vllm" and missing:
+        raise ValueError(f"bench_tool: vllm, but {', '.join(missing)} does not run `vllm serve` (no `vllm bench "
+                         "serve` to run there); use auto or client")
+    return "vllm" if services and not missing else "client"

@@ -93,3 +93,16 @@ def test_where_vllm_bench_serve_runs():
     sglang = {"kind": "systemd", "api": {"base_url": "x"}, "argv": ["/v/bin/python", "-m", "sglang.launch_server"]}
     assert vllm_bench_target(sglang) is None
     assert vllm_bench_target({"kind": "systemd", "api": None, "argv": ["vllm", "serve"]}) is None
+
+
+def test_bench_tool_auto_picks_vllm_where_every_service_runs_it():
+    from llmb.bench import bench_tool
+
+    vllm = {"name": "llmb-vllm", "kind": "systemd", "api": {"base_url": "x"}, "argv": ["/v/bin/vllm", "serve", "/m"]}
+    sg = {"name": "llmb-sglang", "kind": "systemd", "api": {"base_url": "x"}, "argv": ["/v/bin/python", "-m", "sglang"]}
+    assert bench_tool([vllm]) == "vllm" and bench_tool([sg]) == "client" and bench_tool([]) == "client"
+    assert bench_tool([vllm], "client") == "client"
+    with pytest.raises(ValueError, match="bench_tool: vllm, but llmb-sglang does not run `vllm serve`"):
+        bench_tool([sg], "vllm")
+    with pytest.raises(ValueError, match="bench_tool is 'x'"):
+        bench_tool([vllm], "x")
