@@ -222,9 +222,10 @@ def plan_gate(s: Settings, dataset: dict, doc: dict, model: str | None, platform
                 f"split only; set the minimum flexible-extract exact_match{hint}")
         minimum = s.min_score
         basis = "accuracy_min_score"
-        note = (f"subset of gsm8k: {dataset['questions']} of {full_n} questions; the recipe's reference "
-                f"applies to the full test split and is shown for information only; gated on "
-                f"accuracy_min_score {s.min_score}")
+        note = (f"subset of gsm8k: {dataset['questions']} of {full_n} questions; "
+                + ("the recipe's reference applies to the full test split and is shown for information only"
+                   if ref else f"no recipe reference for {where} (references apply to the full test split)")
+                + f"; gated on accuracy_min_score {s.min_score}")
         if ref_text:
             ref_text += f"; not comparable: this run has {dataset['questions']} questions"
     return {"full": full, "minimum": minimum, "basis": basis, "note": note,

@@ -234,3 +234,10 @@ def test_real_lm_eval_scores_the_double_as_its_oracle_says(double, tmp_path):
     assert row["violations"] and "< 0.9" in row["violations"][0]
     assert KEY not in (tmp_path / "lm.log").read_text()
     assert not any(KEY in p.read_text() for p in out.rglob("*.json"))
+
+
+def test_subset_note_without_a_reference_says_there_is_none(tmp_path):
+    plan = A.plan_gate(_settings(tmp_path, min_score=0.5), {"questions": 8}, A.load_references(), "kimi-k2-sim",
+                       "h800-hgx8")
+    assert "8 of 1319" in plan["note"] and "no recipe reference for model kimi-k2-sim" in plan["note"]
+    assert "shown for information" not in plan["note"] and plan["reference"] == {}
