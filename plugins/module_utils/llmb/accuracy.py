@@ -437,3 +437,20 @@ def record(rows: list[dict], plan: dict | None, dataset: dict | None, s: Setting
         if errors:
             data["errors"] = errors
     return data
+
+
+def problems(args: dict, model: str | None, platform: str | None, dcp: int | None = 1) -> list[str]:
+    """What the accuracy stage would refuse, checked by preflight before any host is touched: the
+    settings, the dataset files and the gate (a subset without accuracy_min_score...). [] when the
+    gate can run, or when accuracy_dataset is not set (the gate does not run)."""
+    if args.get("dataset") in (None, ""):
+        return []
+    try:
+        s = settings_from(args)
+        dataset = read_dataset(s.dataset)
+        if s.fewshot_dataset:
+            read_dataset(s.fewshot_dataset, "accuracy_fewshot_dataset")
+        plan_gate(s, dataset, load_references(), model, platform, dcp)
+    except AccuracyError as e:
+        return [str(e)]
+    return []

@@ -241,3 +241,19 @@ def test_subset_note_without_a_reference_says_there_is_none(tmp_path):
                        "h800-hgx8")
     assert "8 of 1319" in plan["note"] and "no recipe reference for model kimi-k2-sim" in plan["note"]
     assert "shown for information" not in plan["note"] and plan["reference"] == {}
+
+
+def test_preflight_problems_name_the_variable_before_any_host(tmp_path):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "llmb_accuracy_filter", Path(__file__).resolve().parents[3] / "plugins/filter/llmb_accuracy.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    check = mod.FilterModule().filters()["llmb_accuracy_problems"]
+    path = str(gsm8k.write_jsonl(tmp_path / "t.jsonl", gsm8k.problems(4)))
+    assert check({"dataset": None}) == []  # not configured: the gate does not run
+    assert check({"dataset": path, "min_score": 0.8}, "kimi-k2-thinking", "a3-16npu") == []
+    out = check({"dataset": path}, "kimi-k2-thinking", "a3-16npu")
+    assert len(out) == 1 and out[0].startswith("accuracy_min_score: required") and "4 of 1319" in out[0]
+    assert check({"dataset": "/nope.jsonl", "min_score": 0.8})[0].startswith("accuracy_dataset: no file /nope.jsonl")
