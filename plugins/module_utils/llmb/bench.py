@@ -217,9 +217,10 @@ def vllm_bench_figures(result: dict, requests: int) -> dict:
         "latency_p50_s": round(p50 / 1000.0, 4) if p50 is not None else None,
         "latency_p99_s": round(p99 / 1000.0, 4) if p99 is not None else None,
     }
-    for key in VLLM_RESULT_KEYS:
-        if key in result and not isinstance(result[key], (dict, list)):
-            out[key] = result[key]
+    for key in VLLM_RESULT_KEYS:  # vLLM's own names; floats to 3 decimals (the JSON keeps them whole)
+        v = result.get(key)
+        if key in result and not isinstance(v, (dict, list)):
+            out[key] = round(v, 3) if isinstance(v, float) else v
     return out
 
 
