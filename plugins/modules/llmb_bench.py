@@ -21,6 +21,12 @@ options:
   max_p99_s: {description: Maximum p99 latency in seconds., type: float}
   host: {description: Node of the endpoint (for messages)., type: str}
   api_key: {description: "Bearer token when the server requires one (llmb_api_key).", type: str, no_log: true}
+  fail_on_gate:
+    description: >-
+      Fail when a threshold is missed; false returns the misses in C(violations) instead, so the caller
+      records the figures first and fails after (roles/bench).
+    type: bool
+    default: true
 attributes:
   check_mode: {support: full, description: Only sends requests.}
   diff_mode: {support: none}
@@ -34,6 +40,7 @@ EXAMPLES = r"""
 
 RETURN = r"""
 result: {description: Benchmark figures., type: dict, returned: always}
+violations: {description: "The thresholds missed, as sentences (empty when the run passes).", type: list, elements: str, returned: always}
 """
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
@@ -48,7 +55,7 @@ def main():
             max_tokens=dict(type="int", default=64), min_success_rate=dict(type="float", default=1.0),
             warmup_requests=dict(type="int", default=0),
             min_output_tok_s=dict(type="float"), max_p99_s=dict(type="float"), host=dict(type="str"),
-            api_key=dict(type="str", no_log=True),
+            api_key=dict(type="str", no_log=True), fail_on_gate=dict(type="bool", default=True),
         ),
         supports_check_mode=True,
     )
@@ -56,9 +63,10 @@ def main():
     res = run_bench(p["base_url"], p["model"], p["requests"], p["concurrency"], p["max_tokens"],
                     warmup=p["warmup_requests"], token=p["api_key"])
     bad = gate(res, p["min_success_rate"], p["min_output_tok_s"], p["max_p99_s"])
-    if bad:
-        m.fail_json(msg=f"{p['host'] or p['base_url']}: benchmark below thresholds: " + "; ".join(bad), result=res)
-    m.exit_json(changed=False, result=res)
+    msg = f"{p['host'] or p['base_url']}: benchmark below thresholds: " + "; ".join(bad)
+    if bad and p["fail_on_gate"]:
+        m.fail_json(msg=msg, result=res, violations=bad)
+    m.exit_json(changed=False, result=res, violations=[msg] if bad else [])
 
 
 if __name__ == "__main__":

@@ -2,7 +2,9 @@
 
 /health (200 when ready, 503 while loading or with the never_healthy fault), /v1/models,
 /v1/chat/completions (content, reasoning_content with a reasoning parser, tool calls when tools
-are given and tool calling is on, 404 for an unknown model like vLLM), /v1/completions, /version.
+are given and tool calling is on, 404 for an unknown model like vLLM; a gsm8k prompt of our generated
+problems is answered as enginesim.gsm8k says, right for a configurable fraction), /v1/completions,
+/version.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from . import gsm8k
 from .runtime import Log, serve_in_thread, wait_for_signal
 
 
@@ -132,7 +135,8 @@ def chat_completion(cfg: ApiConfig, req: dict) -> dict:
             ]
             finish = "tool_calls"
     if finish == "stop":
-        message["content"] = f"[{cfg.served_names[0]}] deterministic answer {digest} to: {last_user[:200]}"
+        message["content"] = gsm8k.answer(last_user) or (
+            f"[{cfg.served_names[0]}] deterministic answer {digest} to: {last_user[:200]}")
     if cfg.reasoning_parser and "no_reasoning" not in cfg.faults:
         message["reasoning_content"] = f"The user wrote {_words(last_user)} words; answer {digest} follows."
     prompt_tokens = sum(_words(_text_of(m.get("content"))) for m in messages if isinstance(m, dict))

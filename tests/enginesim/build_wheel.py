@@ -41,6 +41,8 @@ def _files() -> list[tuple[str, bytes]]:
         out.append((f"enginesim/data/engines/{p.name}", p.read_bytes()))
     for p in sorted((ROOT / "data" / "engines" / "hand").glob("*.yml")):
         out.append((f"enginesim/data/engines/hand/{p.name}", p.read_bytes()))
+    for p in sorted((ROOT / "data" / "engines" / "bench").glob("*.yml")):  # `vllm bench serve`
+        out.append((f"enginesim/data/engines/bench/{p.name}", p.read_bytes()))
     return out
 
 

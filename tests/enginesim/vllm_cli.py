@@ -1,4 +1,5 @@
-"""`vllm serve` / `vllm --version` stand-in (also vllm-ascend: LLMB_ENGINESIM_ENGINE=vllm-ascend)."""
+"""`vllm serve` / `vllm bench serve` / `vllm --version` stand-in (also vllm-ascend:
+LLMB_ENGINESIM_ENGINE=vllm-ascend)."""
 
 from __future__ import annotations
 
@@ -32,6 +33,10 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] in (["--version"], ["-v"]):
         print(fs["version"])
         return 0
+    if argv[:2] == ["bench", "serve"]:
+        from . import vllm_bench
+
+        return vllm_bench.main(argv[2:])
     if argv[:1] != ["serve"]:
         usage = "usage: vllm [-h] [-v] {chat,complete,serve,bench,collect-env,run-batch} ..."
         return flagset.usage_error(usage, f"vllm: error: argument subparser: invalid choice: {argv[:1]!r}")

@@ -83,7 +83,7 @@ def test_the_walk_finds_the_controller_tasks():
     """The lint above would pass vacuously if the walk missed the delegated tasks."""
     names = {t.get("name") for _, t, _ in _all_tasks() if _runs_on_controller(t)}
     assert "Generate the cluster key pair once (ed25519)" in names
-    assert "Benchmark each endpoint" in names
+    assert "Benchmark each endpoint with the client" in names
     assert len(names) >= 5
 
 

@@ -122,3 +122,121 @@ def gate(result: dict, min_success_rate: float = 1.0, min_output_tok_s: float | 
     if max_p99_s is not None and (result["latency_p99_s"] or 0) > max_p99_s:
         bad.append(f"p99 latency {result['latency_p99_s']} s > {max_p99_s}")
     return bad
+
+
+# ---------------------------------------------------------------------------------------------
+# `vllm bench serve`: the recipes' benchmark, where the engine's own CLI is installed
+
+
+# the figures kept from vLLM's result JSON (`--save-result`; key names of vllm/benchmarks/serve.py)
+VLLM_RESULT_KEYS = (
+    "num_prompts", "request_rate", "max_concurrency", "duration", "completed", "failed",
+    "total_input_tokens", "total_output_tokens", "request_throughput", "output_throughput",
+    "total_token_throughput", "mean_ttft_ms", "median_ttft_ms", "p99_ttft_ms", "mean_tpot_ms",
+    "median_tpot_ms", "p99_tpot_ms", "mean_itl_ms", "median_itl_ms", "p99_itl_ms", "mean_e2el_ms",
+    "median_e2el_ms", "p99_e2el_ms",
+)
+
+
+def vllm_bench_target(service: dict) -> dict | None:
+    """Where `vllm bench serve` runs for a plan service that serves the API with the vllm CLI:
+    {"prefix": argv before `bench serve`, "model": the model path the server loaded (the tokenizer),
+    "container": the container's name or None}; None when the service is not `vllm serve` (SGLang,
+    TensorRT-LLM, KTransformers: the stdlib client benchmarks those)."""
+    if not isinstance(service, dict) or not service.get("api"):
+        return None
+    argv = [str(a) for a in service.get("argv") or []]
+    ctr = service.get("container") or {}
+    if not argv and ctr.get("entrypoint") and ctr.get("command"):
+        argv = [str(ctr["entrypoint"]), *[str(a) for a in ctr["command"]]]
+    if len(argv) < 2 or argv[0].rsplit("/", 1)[-1] != "vllm" or argv[1] != "serve":
+        return None
+    rest = argv[2:]
+    model = rest[0] if rest and not rest[0].startswith("-") else None
+    if model is None and "--model" in rest and rest.index("--model") + 1 < len(rest):
+        model = rest[rest.index("--model") + 1]
+    if service.get("kind") == "container":
+        name = ctr.get("name")
+        if not name:
+            return None
+        # -e NAME without a value: docker passes the variable from its own environment (the key)
+        return {"prefix": ["docker", "exec", "-e", "OPENAI_API_KEY", str(name), argv[0]], "model": model,
+                "container": str(name)}
+    if service.get("exec_in"):
+        return None
+    return {"prefix": [argv[0]], "model": model, "container": None}
+
+
+def vllm_bench_argv(prefix: list[str], base_url: str, served_name: str, model: str | None, requests: int,
+                    concurrency: int, input_len: int, output_len: int, result_dir: str, result_filename: str,
+                    request_rate: float | None = None, warmups: int = 0, ignore_eos: bool = False,
+                    trust_remote_code: bool = True) -> list[str]:
+    """The recipes' command (seed 001 section 8, seed 003) as an argv array: chat endpoint, random
+    dataset, fixed input/output lengths, the result saved as JSON."""
+    root = base_url.rstrip("/")
+    if root.endswith("/v1"):
+        root = root[: -len("/v1")]
+    argv = [*prefix, "bench", "serve", "--backend", "openai-chat", "--base-url", root,
+            "--endpoint", "/v1/chat/completions", "--served-model-name", served_name]
+    if model:
+        argv += ["--model", model]
+    argv += ["--dataset-name", "random", "--random-input-len", str(input_len), "--random-output-len", str(output_len),
+             "--num-prompts", str(requests), "--max-concurrency", str(concurrency),
+             "--request-rate", "inf" if request_rate is None else str(request_rate),
+             "--num-warmups", str(warmups), "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,99",
+             "--save-result", "--result-dir", result_dir, "--result-filename", result_filename, "--disable-tqdm"]
+    if ignore_eos:
+        argv.append("--ignore-eos")
+    if trust_remote_code:
+        argv.append("--trust-remote-code")
+    return argv
+
+
+def vllm_bench_figures(result: dict, requests: int) -> dict:
+    """The figures of a `vllm bench serve` result in the shape of run_bench's (so one gate and one
+    report table serve both), with vLLM's own figures beside them under their own names."""
+    def num(key):
+        v = result.get(key)
+        return v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+    completed = int(num("completed") or 0)
+    failed = num("failed")
+    p99 = num("p99_e2el_ms")
+    p50 = num("median_e2el_ms")
+    mean = num("mean_e2el_ms")
+    out = {
+        "tool": "vllm bench serve",
+        "requests": requests, "concurrency": result.get("max_concurrency"),
+        "succeeded": completed, "failed": int(failed) if failed is not None else max(0, requests - completed),
+        "success_rate": round(completed / requests, 4) if requests else 0.0,
+        "errors": [e for e in (result.get("errors") or []) if e][:5],
+        "duration_s": round(num("duration") or 0.0, 3),
+        "request_throughput": round(num("request_throughput") or 0.0, 3),
+        "output_token_throughput": round(num("output_throughput") or 0.0, 3),
+        "latency_mean_s": round(mean / 1000.0, 4) if mean is not None else None,
+        "latency_p50_s": round(p50 / 1000.0, 4) if p50 is not None else None,
+        "latency_p99_s": round(p99 / 1000.0, 4) if p99 is not None else None,
+    }
+    for key in VLLM_RESULT_KEYS:  # vLLM's own names; floats to 3 decimals (the JSON keeps them whole)
+        v = result.get(key)
+        if key in result and not isinstance(v, (dict, list)):
+            out[key] = round(v, 3) if isinstance(v, float) else v
+    return out
+
+
+TOOLS = ("auto", "vllm", "client")
+
+
+def bench_tool(services: list, tool: str = "auto") -> str:
+    """Which benchmark runs for these API services: "vllm" (`vllm bench serve`, the recipes' tool)
+    where every one runs `vllm serve`, else "client" (run_bench); bench_tool forces one. ValueError
+    names the variable for a choice that cannot be honoured."""
+    if tool not in TOOLS:
+        raise ValueError(f"bench_tool is {tool!r}, expected one of {', '.join(TOOLS)}")
+    if tool == "client":
+        return "client"
+    missing = [str((s or {}).get("name")) for s in services or [] if vllm_bench_target(s) is None]
+    if tool == "vllm" and missing:
+        raise ValueError(f"bench_tool: vllm, but {', '.join(missing)} does not run `vllm serve` (no `vllm bench "
+                         "serve` to run there); use auto or client")
+    return "vllm" if services and not missing else "client"

@@ -24,7 +24,7 @@ from .fsutil import atomic_write_text
 
 STAGE_ORDER = ["preflight", "verify", "engine", "weights", "ssh_mesh", "serve", "bench", "accuracy"]
 # What site.yml (and recover.yml, which imports it) runs per host: every one is expected.
-PIPELINE_STAGES = ["verify", "engine", "weights", "ssh_mesh", "serve", "bench"]
+PIPELINE_STAGES = ["verify", "engine", "weights", "ssh_mesh", "serve", "bench", "accuracy"]
 # Stages that run only on the hosts whose plan has an API service (they test the endpoint).
 API_STAGES = {"bench", "accuracy"}
 # Extra per-host files of a stage: <stage>/<host><suffix>.json (not hosts of their own).
@@ -211,15 +211,19 @@ def _serve(deployment: dict | None, serve: dict[str, dict]) -> dict:
 
 
 def _gates(records: dict[str, dict], key: str) -> list[dict]:
+    """One row per run of every host's record, with the record's thresholds, reference and note (a
+    record without runs but with a note, a gate that did not run, gives a row with the note only)."""
     out = []
     for host, d in records.items():
-        for r in d.get(key) or []:
-            if isinstance(r, dict):
-                row = {"host": host, **r}
-                for k in ("thresholds", "reference"):  # the record's, unless the run has its own
-                    if isinstance(d.get(k), dict) and k not in row:
-                        row[k] = d[k]
-                out.append(row)
+        runs = [r for r in d.get(key) or [] if isinstance(r, dict)]
+        for r in runs:
+            row = {"host": host, **r}
+            for k in ("thresholds", "reference", "note"):  # the record's, unless the run has its own
+                if isinstance(d.get(k), (dict, str)) and k not in row:
+                    row[k] = d[k]
+            out.append(row)
+        if not runs and isinstance(d.get("note"), str):
+            out.append({"host": host, "note": d["note"]})
     return out
 
 
@@ -306,6 +310,19 @@ def _cell(r: dict | None) -> str:
     return f"{word} ({r['duration_s']:g} s)" if r.get("duration_s") is not None else word
 
 
+_NOT_FIGURES = {"host", "thresholds", "reference", "errors", "gate", "violations", "note", "log", "results_file"}
+
+
+def _notes(rows: list[dict]) -> list[tuple[str, str]]:
+    """(host, note) of bench/accuracy rows, once each (a subset's "reference does not apply", a gate
+    that did not run)."""
+    out: list[tuple[str, str]] = []
+    for r in rows:
+        if isinstance(r.get("note"), str) and (r["host"], r["note"]) not in out:
+            out.append((r["host"], r["note"]))
+    return out
+
+
 def _figures(rows: list[dict]) -> list[tuple[str, str, str, str, str]]:
     """(host, figure, value, threshold, reference) rows of bench/accuracy runs."""
     out = []
@@ -313,7 +330,7 @@ def _figures(rows: list[dict]) -> list[tuple[str, str, str, str, str]]:
         th = r.get("thresholds") or {}
         ref = r.get("reference") or {}
         for k, v in r.items():
-            if k in ("host", "thresholds", "reference", "errors", "gate", "violations") or isinstance(v, (dict, list)):
+            if k in _NOT_FIGURES or isinstance(v, (dict, list)):
                 continue
             out.append((r["host"], k, str(v), str(th.get(k) or ""), str(ref.get(k) or "")))
     return out
@@ -352,6 +369,10 @@ def render_md(rep: dict) -> str:
         if rows:
             lines += [f"| {title} | figure | value | threshold | reference |", "|---|---|---|---|---|"]
             lines += [f"| {h} | {k} | {v} | {t or '-'} | {r or '-'} |" for h, k, v, t, r in rows]
+            lines.append("")
+        notes = _notes(rep[key])
+        if notes:
+            lines += [f"{title} note ({h}): {n}" for h, n in notes]
             lines.append("")
     lines += ["Per-host results: `<stage>/<host>.json` beside this file; the picture: `report.html`.", ""]
     return "\n".join(lines)
@@ -475,13 +496,17 @@ def render_html(rep: dict) -> str:
 
     for title, key in (("Bench", "bench"), ("Accuracy", "accuracy")):
         rows = _figures(rep[key])
-        if not rows:
+        notes = _notes(rep[key])
+        if not rows and not notes:
             continue
-        p.append(f'<h2>{title}</h2><table id="{key}"><tr><th>host</th><th>figure</th><th>value</th>'
-                 "<th>threshold</th><th>recipe reference</th></tr>")
-        p += [f"<tr><td>{_e(h)}</td><td>{_e(k)}</td><td>{_e(v)}</td><td>{_e(t or None)}</td><td>{_e(r or None)}</td></tr>"
-              for h, k, v, t, r in rows]
-        p.append("</table>")
+        p.append(f"<h2>{title}</h2>")
+        if rows:
+            p.append(f'<table id="{key}"><tr><th>host</th><th>figure</th><th>value</th>'
+                     "<th>threshold</th><th>recipe reference</th></tr>")
+            p += [f"<tr><td>{_e(h)}</td><td>{_e(k)}</td><td>{_e(v)}</td><td>{_e(t or None)}</td><td>{_e(r or None)}</td></tr>"
+                  for h, k, v, t, r in rows]
+            p.append("</table>")
+        p += [f'<p class="note" id="{key}-note-{_e(h)}"><b>{_e(h)}</b>: {_e(n)}</p>' for h, n in notes]
     p.append('<p class="small">Per-host results: <code>&lt;stage&gt;/&lt;host&gt;.json</code> beside this file.</p>')
     p.append("</body></html>\n")
     return "\n".join(p)

@@ -8,7 +8,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from llmb.report import PIPELINE_STAGES, collect, render_html, write_report
+from llmb.report import API_STAGES, PIPELINE_STAGES, collect, render_html, write_report
 from llmb.results import record, timing
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -39,7 +39,8 @@ def test_failed_recovery_run_missing_node2_is_never_ok(tmp_path):
     rep = write_report(str(run), PIPELINE_STAGES)
     assert rep["ok"] is False and rep["verdict"] == "FAILED"
     missing = [(f["stage"], f["host"]) for f in rep["failed"]]
-    assert missing == [(s, "node2") for s in PIPELINE_STAGES if s != "bench"]  # bench runs on the API host only
+    # bench and accuracy run on the API host only
+    assert missing == [(s, "node2") for s in PIPELINE_STAGES if s not in API_STAGES]
     assert all("unreachable" in f["why"] for f in rep["failed"])
     assert rep["results"]["verify"]["node2"]["status"] == "missing"
     md = (run / "report.md").read_text()
@@ -62,7 +63,7 @@ def test_all_expected_results_ok_is_ok_and_a_failed_one_is_not(tmp_path):
     _deployment(run)
     for stage in PIPELINE_STAGES:
         for host in ("node1", "node2"):
-            if stage != "bench" or host == "node1":
+            if stage not in API_STAGES or host == "node1":
                 _ok(run, stage, host)
     assert write_report(str(run), PIPELINE_STAGES)["verdict"] == "OK"
     record(str(run), "serve", "node2", {"ok": False, "error": "llmb-ray exited"})
@@ -74,7 +75,7 @@ def test_empty_run_and_unreadable_result_are_failures(tmp_path):
     run = tmp_path / "r"
     _deployment(run)
     assert collect(run)["ok"] is False  # nothing expected was recorded: never OK
-    assert collect(run, PIPELINE_STAGES)["expected"] == 11
+    assert collect(run, PIPELINE_STAGES)["expected"] == 12  # 5 stages x 2 hosts + bench and accuracy on node1
     (run / "verify").mkdir()
     (run / "verify" / "node1.json").write_text("{half")
     rep = collect(run)

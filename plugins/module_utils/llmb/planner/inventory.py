@@ -7,7 +7,7 @@ llmb_model, llmb_engine, llmb_engine_version, llmb_install, llmb_model_dir, llmb
 llmb_node_ip / ansible_host, llmb_head and the group accel_nodes.
 
 Every ``llmb_*`` variable and every stage variable (``weights_*``, ``verify_*``, ``ssh_mesh_*``,
-``engine_host_*``, ``engine_image_*``, ``bench_*``, ``serve_*``) of every host is checked here,
+``engine_host_*``, ``engine_image_*``, ``bench_*``, ``serve_*``, ``accuracy_*``) of every host is checked here,
 before anything else is planned: the name must be known (a misspelling gets "did you mean"), the
 value must have the declared type, range and format, no string anywhere in an ``llmb_*`` value may
 hold a control character, and a cluster-wide knob may not be set on one host. The stage variables'
@@ -54,7 +54,8 @@ def _disaggregation_shape(name: str, value: Any) -> list[Problem]:
 PRESETS_DIR_HINT = "data/presets/<name>.yml"
 
 # variable name prefixes of the stages whose roles declare their options in meta/argument_specs.yml
-STAGE_PREFIXES = ("weights_", "verify_", "ssh_mesh_", "engine_host_", "engine_image_", "bench_", "serve_")
+STAGE_PREFIXES = ("weights_", "verify_", "ssh_mesh_", "engine_host_", "engine_image_", "bench_", "serve_",
+                  "accuracy_")
 ROLES_DIR = Path(__file__).resolve().parents[4] / "roles"
 
 PARALLEL_MAX = 65536  # devices in one deployment: 8,192 nodes of 8

@@ -1,0 +1,90 @@
+"""llmb_accuracy: lm-eval's gsm8k against this host's endpoints, on the controller; records the result
+(llmb.results, the one results writer) first, then fails when the gate is missed.
+Documentation: plugins/modules/llmb_accuracy.py; logic: plugins/module_utils/llmb/accuracy.py.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from ansible.errors import AnsibleActionFail
+from ansible.plugins.action import ActionBase
+
+_MU = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "module_utils")
+if _MU not in sys.path:
+    sys.path.insert(0, _MU)
+
+from llmb import accuracy as A  # noqa: E402
+from llmb.plugin import ControllerAction  # noqa: E402
+from llmb.results import ResultError, record, result_path  # noqa: E402
+
+ARG_SPEC = {
+    "endpoints": {"type": "list", "elements": "dict", "required": True},
+    "api_key": {"type": "str", "no_log": True},
+    "dataset": {"type": "raw"},
+    "fewshot_dataset": {"type": "raw"},
+    "num_fewshot": {"type": "raw"},
+    "max_gen_toks": {"type": "raw"},
+    "concurrency": {"type": "raw"},
+    "request_timeout_s": {"type": "raw"},
+    "timeout_s": {"type": "raw"},
+    "max_retries": {"type": "raw"},
+    "tolerance": {"type": "raw"},
+    "min_score": {"type": "raw"},
+    "model_profile": {"type": "str"},
+    "platform": {"type": "str"},
+    "decode_context_parallel": {"type": "int", "default": 1},
+    "artifacts_dir": {"type": "path", "required": True},
+    "host": {"type": "str"},
+}
+
+
+class ActionModule(ControllerAction, ActionBase):
+    arg_spec = ARG_SPEC
+
+    def act(self, args, task_vars, result):
+        host = args["host"] or task_vars.get("inventory_hostname")
+        started = task_vars.get("llmb_stage_started")
+        started = started if isinstance(started, str) else None
+
+        def write(data):
+            try:
+                return record(args["artifacts_dir"], "accuracy", host, data, started=started)
+            except (ResultError, OSError) as err:
+                raise AnsibleActionFail(f"{host}: llmb_record accuracy: {err}") from None
+
+        if args.get("dataset") in (None, ""):
+            data = A.record([], None, None, None, skipped=(
+                "not run: accuracy_dataset is not set (the gsm8k gate needs a local gsm8k-format JSONL; "
+                "docs/accuracy.md)"))
+            result.update(changed=False, skipped_gate=True, path=write(data), accuracy=data)
+            return result
+        if self._task.check_mode:
+            data = A.record([], None, None, None, skipped="check mode: lm-eval not run")
+            result.update(changed=False, path=write(data), accuracy=data)
+            return result
+        try:
+            s = A.settings_from(args)
+            dataset = A.read_dataset(s.dataset)
+            if s.fewshot_dataset:
+                A.read_dataset(s.fewshot_dataset, "accuracy_fewshot_dataset")
+            plan = A.plan_gate(s, dataset, A.load_references(), args.get("model_profile"),
+                               args.get("platform"), args.get("decode_context_parallel"))
+        except A.AccuracyError as err:
+            # bad input: recorded as this host's failed result, then the task fails naming the variable
+            write({"ok": False, "error": str(err), "runs": []})
+            raise AnsibleActionFail(f"{host}: accuracy: {err}") from None
+        rows = []
+        for i, ep in enumerate(args["endpoints"]):
+            # <artifacts>/accuracy/<host>[.i].lm-eval/ (lm-eval's results) and <host>[.i].lm-eval.log
+            base = result_path(args["artifacts_dir"], "accuracy", host, "" if i == 0 else f".{i}")[: -len(".json")]
+            rows.append(A.run(str(ep.get("base_url")), str(ep.get("served_model_name")), s, plan,
+                              api_key=args.get("api_key"), out_dir=base + ".lm-eval", log_path=base + ".lm-eval.log"))
+        data = A.record(rows, plan, dataset, s)
+        path = write(data)  # record first, then fail
+        result.update(changed=False, path=path, accuracy=data)
+        if not data["ok"]:
+            result.update(failed=True, msg=f"{host}: {data['error']}"
+                          + "".join(f"\n{e}" for e in data.get("errors") or [] if "\n" in e))
+        return result

@@ -1,0 +1,23 @@
+"""Filters of the accuracy gate (controller side): thin shims over llmb.accuracy."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+_MODULE_UTILS = str(Path(__file__).resolve().parents[1] / "module_utils")
+if _MODULE_UTILS not in sys.path:
+    sys.path.insert(0, _MODULE_UTILS)
+
+from llmb.accuracy import problems  # noqa: E402
+
+
+def llmb_accuracy_problems(args, model=None, platform=None, dcp=1):
+    """Every reason the accuracy stage would refuse its inputs, as sentences naming the variable
+    ([] when the gate can run or is not configured): preflight runs it before any host is touched."""
+    return problems(dict(args or {}), model, platform, int(dcp or 1))
+
+
+class FilterModule:
+    def filters(self):
+        return {"llmb_accuracy_problems": llmb_accuracy_problems}

@@ -1,0 +1,28 @@
+"""Filters of the bench role (controller side): thin shims over llmb.bench."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+_MODULE_UTILS = str(Path(__file__).resolve().parents[1] / "module_utils")
+if _MODULE_UTILS not in sys.path:
+    sys.path.insert(0, _MODULE_UTILS)
+
+from llmb.bench import bench_tool  # noqa: E402
+from llmb.plugin import reraise  # noqa: E402
+
+try:
+    from ansible.errors import AnsibleFilterError
+except ImportError:  # imported by the unit tests without Ansible
+    AnsibleFilterError = ValueError  # type: ignore[misc,assignment]
+
+
+def llmb_bench_tool(services, tool="auto"):
+    """'vllm' (`vllm bench serve` where every API service runs `vllm serve`) or 'client'."""
+    return bench_tool(list(services or []), str(tool))
+
+
+class FilterModule:
+    def filters(self):
+        return {"llmb_bench_tool": reraise(llmb_bench_tool, ValueError, AnsibleFilterError)}
