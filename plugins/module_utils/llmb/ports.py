@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -175,12 +176,22 @@ def _read(path: str) -> str | None:
         return None
 
 
+_CONTAINER_ID = re.compile(r"[0-9a-f]{64}")
+
+
 def _unit(proc: str, pid: int) -> str | None:
-    """The systemd unit (or docker scope) of a process, from its cgroup path."""
+    """The systemd unit (or docker scope) of a process, from its cgroup path.
+
+    Docker's systemd cgroup driver puts a container in `docker-<id>.scope`; its cgroupfs driver in
+    `/docker/<id>` (or `/<--cgroup-parent>/<id>`, as dockerd inside the simulated nodes does): a last
+    component that is a 64-hex container id is named `docker-<id>.scope` too."""
     text = _read(f"{proc}/{pid}/cgroup") or ""
     for line in text.splitlines():
         path = line.rsplit(":", 1)[-1]
-        for part in reversed(path.split("/")):
+        parts = [p for p in path.split("/") if p]
+        if parts and _CONTAINER_ID.fullmatch(parts[-1]):
+            return f"docker-{parts[-1]}.scope"
+        for part in reversed(parts):
             if part.endswith((".service", ".scope")):
                 return part
     return None

@@ -184,3 +184,21 @@ def test_a_port_of_a_service_running_or_starting_gets_no_stand_in_and_is_not_a_t
     listening = [{"host": "node1", "opened": [{"port": 6379}], "in_use": [], "starting": [{"port": 8000}]}]
     assert [t["port"] for t in ports.targets(doc, "node2", listening)] == [6379]
     assert [t["port"] for t in ports.targets(doc, "node2")] == [6379, 8000]
+
+
+@pytest.mark.parametrize("cgroup, unit", [
+    # docker's systemd cgroup driver
+    ("0::/system.slice/docker-" + "a" * 64 + ".scope\n", "docker-" + "a" * 64 + ".scope"),
+    # docker's cgroupfs driver (v1 lines), and a --cgroup-parent (the simulated nodes' nested dockerd)
+    ("12:perf_event:/docker/" + "b" * 64 + "\n1:cpu:/docker/" + "b" * 64 + "\n", "docker-" + "b" * 64 + ".scope"),
+    ("0::/llmb-sim-nested/" + "c" * 64 + "\n", "docker-" + "c" * 64 + ".scope"),
+    ("0::/system.slice/llmb-ray.service\n", "llmb-ray.service"),
+    ("0::/user.slice/user-0.slice/session-3.scope\n", "session-3.scope"),
+    ("0::/\n", None),
+])
+def test_the_unit_of_a_port_holder_names_containers_of_every_cgroup_layout(tmp_path, cgroup, unit):
+    (tmp_path / "42").mkdir()
+    (tmp_path / "42" / "cgroup").write_text(cgroup)
+    assert ports._unit(str(tmp_path), 42) == unit
+    container = {"service": "vllm-ascend", "kind": "container"}
+    assert ports.owned_by(container, {"pid": 42, "unit": unit}) is bool(unit and unit.startswith("docker-"))
