@@ -49,3 +49,14 @@ def test_other_commands_leave_the_bundle_alone(tmp_path):
     spec, argv = _run(tmp_path, "--root", "/run/x", "state", "ctr-id", "BUNDLE")
     assert all(v == ALL for v in spec["process"]["capabilities"].values())
     assert argv[2:4] == ["state", "ctr-id"]
+
+
+def test_exec_keeps_only_the_bounding_set_in_the_process_file(tmp_path):
+    """`docker exec` into a --privileged container: containerd hands runc exec a process spec file."""
+    proc = tmp_path / "process.json"
+    proc.write_text(json.dumps({"args": ["vllm", "serve"], "capabilities": {k: list(ALL) for k in ("bounding", "effective")}}))
+    _spec, argv = _run(tmp_path, "--root", "/run/x", "exec", "--process", str(proc), "--detach", "ctr-id")
+    want = [c for c in ALL if c in _bounding()]
+    got = json.loads(proc.read_text())
+    assert got["args"] == ["vllm", "serve"] and all(v == want for v in got["capabilities"].values()), got
+    assert argv == ["--root", "/run/x", "exec", "--process", str(proc), "--detach", "ctr-id"]
