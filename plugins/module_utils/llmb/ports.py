@@ -207,15 +207,19 @@ def owned_by(service: dict[str, Any], who: dict[str, Any] | None) -> bool:
 
 # The stand-in listeners: sockets bound here and handed to a detached process that accepts and closes
 # connections until it is stopped or `hold_s` passes. Constant code; its inputs are argv (numbers).
+# Each accepted connection is closed with SO_LINGER 0 (a reset): a normal close from this side would
+# leave the connection in TIME_WAIT on the service's port for a minute, and a service that binds
+# without SO_REUSEADDR would then fail to start with "Address already in use".
 HOLD_SRC = (
-    "import select,socket,sys,time\n"
+    "import select,socket,struct,sys,time\n"
     "end=time.monotonic()+float(sys.argv[1])\n"
     "ss=[socket.socket(fileno=int(f)) for f in sys.argv[2:]]\n"
+    "z=struct.pack('ii',1,0)\n"
     "while ss and time.monotonic()<end:\n"
     " r,_,_=select.select(ss,[],[],0.5)\n"
     " for s in r:\n"
     "  try:\n"
-    "   c,_=s.accept();c.close()\n"
+    "   c,_=s.accept();c.setsockopt(socket.SOL_SOCKET,socket.SO_LINGER,z);c.close()\n"
     "  except OSError:\n"
     "   pass\n"
 )

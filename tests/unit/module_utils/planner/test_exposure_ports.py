@@ -137,6 +137,32 @@ def test_stand_in_listeners_answer_until_stopped(tmp_path):
     assert rec["message"].startswith(f"node2 -> node1 127.0.0.1:{port} (llmb-ray ray-gcs): connection refused")
 
 
+def test_after_the_stand_in_a_service_binds_its_port_without_reuseaddr(tmp_path):
+    """The probe connected to the stand-in; once it is stopped the service binds the port at once
+    (every interface, no SO_REUSEADDR: no connection of the stand-in's left in TIME_WAIT)."""
+    port = _free_port()
+    pidfile = str(tmp_path / "pid")
+    ports.hold_listeners([_lst(port)], 30, pidfile)
+    try:
+        (rec,) = ports.probe("node2", [_lst(port)], 2)
+        assert rec["ok"], rec
+        # a peer that lets the stand-in close first (the close order of a real probe is a race)
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as c:
+            try:
+                assert c.recv(1) == b""
+            except ConnectionResetError:
+                pass
+    finally:
+        assert ports.stop_listeners(pidfile)
+    svc = socket.socket()
+    try:
+        svc.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 0)
+        svc.bind(("0.0.0.0", port))
+        svc.listen(1)
+    finally:
+        svc.close()
+
+
 def test_a_port_held_by_another_process_is_reported_taken(tmp_path):
     squatter = socket.socket()
     squatter.bind(("127.0.0.1", 0))
