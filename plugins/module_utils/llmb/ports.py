@@ -132,6 +132,8 @@ def connect(address: str, port: int, timeout: float) -> str | None:
     except TimeoutError:
         return f"no answer within {timeout:g} s (dropped by a firewall, or the address is not reachable)"
     except OSError as exc:
+        if exc.errno in (errno.ECONNRESET, errno.EPIPE):  # it opened, then the listener reset it
+            return None
         if exc.errno == errno.ECONNREFUSED:
             return "connection refused (nothing listens there, or a firewall rejects it)"
         if exc.errno == errno.EHOSTUNREACH:
@@ -235,7 +237,33 @@ def unit_state(name: str) -> str:
     return out.stdout.strip()
 
 
-def hold_listeners(own: list[dict[str, Any]], hold_s: float, pidfile: str, state=unit_state) -> dict[str, Any]:
+def container_state(name: str) -> str:
+    """State.Status of a container ('' when there is none or docker cannot tell)."""
+    try:
+        out = subprocess.run(["docker", "inspect", "--type", "container", "-f", "{{.State.Status}}", name],
+                             capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return out.stdout.strip() if out.returncode == 0 else ""
+
+
+LIVE_UNIT = ("active", "activating", "reloading", "deactivating")
+LIVE_CONTAINER = ("running", "restarting")
+
+
+def is_live(lst: dict[str, Any], state=unit_state, ctr_state=container_state) -> bool:
+    """Whether the plan's own service of a port runs or is starting now: its unit is active or
+    activating (systemd, mpirun), or its container runs or is being restarted by docker (container)."""
+    kind = lst.get("kind")
+    if kind in ("systemd", "mpirun"):
+        return state(lst["service"]) in LIVE_UNIT
+    if kind == "container":
+        return ctr_state(lst["service"]) in LIVE_CONTAINER
+    return False
+
+
+def hold_listeners(own: list[dict[str, Any]], hold_s: float, pidfile: str, state=unit_state,
+                   ctr_state=container_state) -> dict[str, Any]:
     """Open a stand-in listener on every own port nothing listens on yet (on the node's cluster
     address); report those already held: by the plan's own service (a later run) or by something else.
 
@@ -244,8 +272,7 @@ def hold_listeners(own: list[dict[str, Any]], hold_s: float, pidfile: str, state
     It is reported as `starting` and not probed; its readiness and health are checked later."""
     socks, opened, in_use, taken, starting = [], [], [], [], []
     for lst in own:
-        live = lst.get("kind") in ("systemd", "mpirun") and state(lst["service"]) in (
-            "active", "activating", "reloading", "deactivating")
+        live = is_live(lst, state, ctr_state)
         s = socket.socket(socket.AF_INET6 if ":" in lst["address"] else socket.AF_INET, socket.SOCK_STREAM)
         try:
             s.bind((lst["address"], lst["port"]))
@@ -254,7 +281,10 @@ def hold_listeners(own: list[dict[str, Any]], hold_s: float, pidfile: str, state
             s.close()
             who = holder(lst["port"])
             rec = dict(lst, error=exc.strerror or str(exc), holder=who)
-            (in_use if exc.errno == errno.EADDRINUSE and owned_by(lst, who) else taken).append(rec)
+            # the plan's own service holds it (a later run); or its service is live and the holder
+            # cannot be seen (a container's process between two starts of docker's restart loop)
+            own = owned_by(lst, who) or (live and not (who or {}).get("pid"))
+            (in_use if exc.errno == errno.EADDRINUSE and own else taken).append(rec)
             continue
         if live:
             s.close()

@@ -228,3 +228,37 @@ def test_the_unit_of_a_port_holder_names_containers_of_every_cgroup_layout(tmp_p
     assert ports._unit(str(tmp_path), 42) == unit
     container = {"service": "vllm-ascend", "kind": "container"}
     assert ports.owned_by(container, {"pid": 42, "unit": unit}) is bool(unit and unit.startswith("docker-"))
+
+
+@pytest.mark.parametrize("status, where", [("restarting", "in_use"), ("running", "in_use"), ("", "taken"),
+                                           ("exited", "taken")])
+def test_a_port_whose_container_is_live_and_holder_unseen_is_its_own(tmp_path, monkeypatch, status, where):
+    """The plan's container in docker's restart loop holds its port between two starts; /proc shows no
+    holder. Live (running, restarting): the service's own port. No such container: taken."""
+    squatter = socket.socket()
+    squatter.bind(("127.0.0.1", 0))
+    squatter.listen(1)
+    port = squatter.getsockname()[1]
+    monkeypatch.setattr(ports, "holder", lambda port: {"pid": None, "comm": None, "unit": None})
+    lst = dict(_lst(port, service="vllm-ascend", purpose="api"), kind="container")
+    try:
+        out = ports.hold_listeners([lst], 30, str(tmp_path / "pid"), ctr_state=lambda name: status)
+    finally:
+        squatter.close()
+    assert [r["port"] for r in out[where]] == [port], out
+    # a holder that can be seen and is not the container stays taken whatever the container does
+    assert not ports.owned_by(lst, {"pid": 7, "comm": "nginx", "unit": "nginx.service"})
+
+
+def test_a_free_port_of_a_live_container_gets_no_stand_in(tmp_path):
+    port = _free_port()
+    lst = dict(_lst(port, service="vllm-ascend", purpose="api"), kind="container")
+    out = ports.hold_listeners([lst], 30, str(tmp_path / "pid"), ctr_state=lambda name: "running")
+    assert out["starting"] == [lst] and not out["opened"] and out["pid"] is None
+
+
+def test_a_connection_reset_after_it_opened_is_reachable(monkeypatch):
+    def reset(*_a, **_k):
+        raise ConnectionResetError(104, "Connection reset by peer")
+    monkeypatch.setattr(ports.socket, "create_connection", reset)
+    assert ports.connect("10.0.0.1", 13345, 1) is None
