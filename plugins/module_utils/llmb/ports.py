@@ -248,18 +248,18 @@ def container_state(name: str) -> str:
 
 
 LIVE_UNIT = ("active", "activating", "reloading", "deactivating")
-LIVE_CONTAINER = ("running", "restarting")
 
 
-def is_live(lst: dict[str, Any], state=unit_state, ctr_state=container_state) -> bool:
-    """Whether the plan's own service of a port runs or is starting now: its unit is active or
-    activating (systemd, mpirun), or its container runs or is being restarted by docker (container)."""
+def live_state(lst: dict[str, Any], state=unit_state, ctr_state=container_state) -> str:
+    """How the plan's own service of a port runs now: 'up' (its unit is active or activating; its
+    container runs), 'restarting' (its container is in docker's restart loop: its ports come and
+    go) or '' (not running)."""
     kind = lst.get("kind")
     if kind in ("systemd", "mpirun"):
-        return state(lst["service"]) in LIVE_UNIT
+        return "up" if state(lst["service"]) in LIVE_UNIT else ""
     if kind == "container":
-        return ctr_state(lst["service"]) in LIVE_CONTAINER
-    return False
+        return {"running": "up", "restarting": "restarting"}.get(ctr_state(lst["service"]), "")
+    return ""
 
 
 def hold_listeners(own: list[dict[str, Any]], hold_s: float, pidfile: str, state=unit_state,
@@ -268,11 +268,12 @@ def hold_listeners(own: list[dict[str, Any]], hold_s: float, pidfile: str, state
     address); report those already held: by the plan's own service (a later run) or by something else.
 
     A port of a service that is running or starting but does not hold it yet (a model still loading,
-    a unit waiting to be restarted by systemd) gets no stand-in: the service may bind it any moment.
+    a unit waiting to be restarted by systemd, a container in docker's restart loop) gets no stand-in:
+    the service may bind it any moment.
     It is reported as `starting` and not probed; its readiness and health are checked later."""
     socks, opened, in_use, taken, starting = [], [], [], [], []
     for lst in own:
-        live = is_live(lst, state, ctr_state)
+        live = live_state(lst, state, ctr_state)
         s = socket.socket(socket.AF_INET6 if ":" in lst["address"] else socket.AF_INET, socket.SOCK_STREAM)
         try:
             s.bind((lst["address"], lst["port"]))
@@ -283,8 +284,13 @@ def hold_listeners(own: list[dict[str, Any]], hold_s: float, pidfile: str, state
             rec = dict(lst, error=exc.strerror or str(exc), holder=who)
             # the plan's own service holds it (a later run); or its service is live and the holder
             # cannot be seen (a container's process between two starts of docker's restart loop)
-            own = owned_by(lst, who) or (live and not (who or {}).get("pid"))
-            (in_use if exc.errno == errno.EADDRINUSE and own else taken).append(rec)
+            own = exc.errno == errno.EADDRINUSE and (owned_by(lst, who) or (live and not (who or {}).get("pid")))
+            if not own:
+                taken.append(rec)
+            elif live == "restarting":  # held now, gone the next moment: not probed (the serve stage replaces it)
+                starting.append(lst)
+            else:
+                in_use.append(rec)
             continue
         if live:
             s.close()
