@@ -202,7 +202,8 @@ def _unit(proc: str, pid: int) -> str | None:
 def owned_by(service: dict[str, Any], who: dict[str, Any] | None) -> bool:
     """Whether the process holding a port belongs to the plan's own service (a later run)."""
     unit = (who or {}).get("unit") or ""
-    if service.get("kind") in ("container", "mpirun"):  # a process in the engine container
+    if service.get("kind") in ("container", "mpirun", "exec"):  # a process in the engine container
+        # (exec: a unit running `docker exec` into the container, e.g. vllm serve in a Ray head's)
         return unit.startswith("docker-") and unit.endswith(".scope")
     return unit == f"{service['service']}.service"
 
@@ -255,7 +256,7 @@ def live_state(lst: dict[str, Any], state=unit_state, ctr_state=container_state)
     container runs), 'restarting' (its container is in docker's restart loop: its ports come and
     go) or '' (not running)."""
     kind = lst.get("kind")
-    if kind in ("systemd", "mpirun"):
+    if kind in ("systemd", "mpirun", "exec"):
         return "up" if state(lst["service"]) in LIVE_UNIT else ""
     if kind == "container":
         return {"running": "up", "restarting": "restarting"}.get(ctr_state(lst["service"]), "")

@@ -264,3 +264,12 @@ def test_a_connection_reset_after_it_opened_is_reachable(monkeypatch):
         raise ConnectionResetError(104, "Connection reset by peer")
     monkeypatch.setattr(ports.socket, "create_connection", reset)
     assert ports.connect("10.0.0.1", 13345, 1) is None
+
+
+def test_the_port_of_an_exec_unit_is_held_by_a_process_of_its_container():
+    """vllm serve runs in the Ray head's container through a unit of kind exec (docker exec): its API
+    port's holder is in the container's scope, not in the unit's cgroup."""
+    svc = {"service": "kimi-K2-serve", "kind": "exec"}
+    assert ports.owned_by(svc, {"pid": 4217, "comm": "vllm", "unit": "docker-" + "5" * 64 + ".scope"})
+    assert not ports.owned_by(svc, {"pid": 7, "comm": "nginx", "unit": "nginx.service"})
+    assert ports.live_state(dict(svc, port=8000), state=lambda name: "active") == "up"
