@@ -8,7 +8,9 @@
     n:    "{{ rows | llmb_ssh_mesh_bad_pairs }}"
     nodes: "{{ hostvars | llmb_ssh_mesh_targets(groups.accel_nodes) }}"           # [{name, address}]
     rows: "{{ hostvars | llmb_ssh_mesh_rows(nodes, '__ssh_mesh_check', port) }}"   # {source: [pairs]}
-    text: "{{ rows | llmb_ssh_mesh_matrix(port) }}"
+    text: "{{ rows | llmb_ssh_mesh_matrix(port, pairs, mode) }}"
+    pairs: "{{ nodes | llmb_ssh_mesh_pairs(mode, radix) }}"                       # {source: [{target, role}]}
+    mine: "{{ targets | llmb_ssh_mesh_my_targets(pairs, inventory_hostname) }}"   # this node's row
     msgs: "{{ pairs | llmb_ssh_mesh_failures(inventory_hostname) }}"
     bad:  "{{ listeners | llmb_ssh_port_conflict(config_path) }}"
     names: "{{ stdout | llmb_mpirun_hostnames }}"
@@ -85,8 +87,28 @@ def llmb_ssh_mesh_rows(hostvars, nodes, register_name, port):
     return rows
 
 
-def llmb_ssh_mesh_matrix(rows, port=None):
-    return sshmesh.format_matrix(dict(rows), None if port is None else int(port))
+def llmb_ssh_mesh_matrix(rows, port=None, expected=None, mode="all"):
+    return sshmesh.format_matrix(dict(rows), None if port is None else int(port),
+                                 None if expected is None else dict(expected), str(mode))
+
+
+def llmb_ssh_mesh_pairs(order, mode="mpirun", radix=sshmesh.MPI_TREE_RADIX):
+    """{source: [{target, role}]}: the pairs the check proves (mpirun's launcher and tree, or all)."""
+    if isinstance(radix, str) and radix.strip().isdigit():
+        radix = int(radix)
+    return sshmesh.mesh_pairs([str(n) for n in order], str(mode), radix)
+
+
+def llmb_ssh_mesh_my_targets(targets, pairs, me):
+    """The [{name, address, role}] this node checks: its row of llmb_ssh_mesh_pairs, in that order."""
+    by_name = {str(t["name"]): t for t in targets}
+    out = []
+    for p in dict(pairs).get(str(me)) or []:
+        t = by_name.get(str(p["target"]))
+        if t is None:
+            raise sshmesh.MeshError(f"{me}: the pair's target {p['target']!r} is not a node of the mesh")
+        out.append({"name": str(t["name"]), "address": str(t["address"]), "role": str(p.get("role") or "")})
+    return out
 
 
 def llmb_ssh_mesh_failures(pairs, source):
@@ -115,6 +137,8 @@ class FilterModule:
                 llmb_ssh_mesh_targets,
                 llmb_ssh_mesh_rows,
                 llmb_ssh_mesh_matrix,
+                llmb_ssh_mesh_pairs,
+                llmb_ssh_mesh_my_targets,
                 llmb_ssh_mesh_failures,
                 llmb_ssh_port_conflict,
                 llmb_mpirun_hostnames,

@@ -20,7 +20,8 @@ version_added: "0.1.0"
 author: llm-bringup
 options:
   targets:
-    description: Nodes to reach, each with C(name) (for the report) and C(address) (what ssh connects to).
+    description: Nodes to reach, each with C(name) (for the report) and C(address) (what ssh connects to), and
+      optionally C(role), why the pair is checked (C(launcher), C(tree), C(all)), repeated in failures.
     type: list
     elements: dict
     required: true
@@ -128,8 +129,8 @@ def main() -> None:
     bad = [t for t in p["targets"] if not t.get("name") or not t.get("address")]
     if bad:
         module.fail_json(msg=f"{socket.gethostname()}: targets need name and address: {bad!r}")
-    targets = rotate([{"name": str(t["name"]), "address": str(t["address"])} for t in p["targets"]],
-                     p["me"], p["order"])
+    targets = rotate([{"name": str(t["name"]), "address": str(t["address"]), "role": str(t.get("role") or "")}
+                      for t in p["targets"]], p["me"], p["order"])
     t0 = time.monotonic()
     results = check_pairs(targets, port=p["port"], user=p["user"], config=p["config"], timeout=p["timeout"],
                           parallel=p["parallel"], attempts=p["attempts"], command=p["command"])

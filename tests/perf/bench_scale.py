@@ -8,10 +8,13 @@ For each N, a simulated cluster of N nodes (scripts/sim-cluster, named scale-<N>
 then, interleaved --repeat times, the median kept:
   verify    playbooks/verify.yml against a parallel SSH loop running the same probe commands
             (tests/perf/bench_verify.py's two sides: one multiplexed ssh per probe, every host at once);
-  ssh_mesh  playbooks/ssh_mesh.yml --tags ssh_mesh_check (all ordered pairs, mpirun left out) against
-            a parallel SSH loop of the same pair commands: from the controller to every node at once,
-            each node running the check's own ssh argv (llmb.sshmesh.ssh_argv) to its peers, as many at
-            once as the check (ssh_mesh_check_parallel, 8), in the same rotated order.
+  ssh_mesh  playbooks/ssh_mesh.yml --tags ssh_mesh_check (the pairs mpirun needs, llmb.sshmesh.mesh_pairs:
+            the first node to every node plus Open MPI's tree-spawn edges; mpirun left out) against a
+            parallel SSH loop of the same pair commands: from the controller to every node at once,
+            each node running the check's own ssh argv (llmb.sshmesh.ssh_argv) to its targets, as many
+            at once as the check (ssh_mesh_check_parallel, 8), in the same rotated order;
+  mpirun    the same check with its mpirun across all nodes (what the stage runs), no limit of its own:
+            the figure to compare between N (the check at 32 nodes within 2x of 16).
 The stage is applied once before (keys, config), untimed. Writes docs/scale.md (the table, the
 machine and the date) and docs/scale.png (seconds vs nodes per stage, solid, and its limit, dashed);
 --no-write prints the table only. The plot needs matplotlib (the `perf` extra); without it the table
@@ -43,7 +46,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "tests" / "perf"))
 sys.path.insert(0, str(ROOT / "plugins" / "module_utils"))
 from bench_verify import probe_commands, run_ssh, run_verify, ssh_args  # noqa: E402
-from llmb.sshmesh import ssh_argv  # noqa: E402
+from llmb.sshmesh import mesh_pairs, rotate, ssh_argv  # noqa: E402
 from perf_common import ansible_env, cluster, inventory_hosts  # noqa: E402
 
 PROFILE = "h800-hgx8"
@@ -63,18 +66,25 @@ def mesh_playbook(inv: Path, key_dir: Path, *extra: str) -> float:
     return dt
 
 
-def mesh_ssh_loop(hosts: list[dict]) -> float:
-    """Every node at once, each to its peers 8 at a time, the check's own ssh argv; every pair must answer."""
+def mesh_ssh_loop(hosts: list[dict], mode: str = "mpirun") -> float:
+    """Every node at once, each to its targets (the check's pairs) 8 at a time, the check's own ssh argv;
+    every pair must answer. A node without targets is not contacted."""
     cp = Path(tempfile.mkdtemp(prefix="llmb-scp-"))
+    order = [h["name"] for h in hosts]
+    pairs = mesh_pairs(order, mode)
+    by_name = {h["name"]: h for h in hosts}
+    npairs = sum(len(v) for v in pairs.values())
 
     def script(me: dict) -> str:
         # the check's width (ssh_mesh_check_parallel, under sshd's MaxStartups) and its rotated order
-        i = hosts.index(me)
-        peers = [p["ip"] for p in hosts[i + 1:] + hosts[:i]]
+        targets = rotate([{"name": p["target"]} for p in pairs[me["name"]]], me["name"], order)
+        peers = [by_name[t["name"]]["ip"] for t in targets]
         ssh = shlex.join(ssh_argv("@", 22, "root", f"{MESH_DIR}/ssh_config", 10, "hostname"))
         return f"printf '%s\\n' {shlex.join(peers)} | xargs -P {MESH_PARALLEL} -I@ {ssh}"
 
     def one(h: dict) -> int:
+        if not pairs[h["name"]]:
+            return 0
         r = subprocess.run([*ssh_args(h, cp), script(h)], capture_output=True, text=True, check=False)
         return len(r.stdout.split())
 
@@ -86,8 +96,8 @@ def mesh_ssh_loop(hosts: list[dict]) -> float:
     dt = time.perf_counter() - t0
     for h in hosts:
         subprocess.run([*ssh_args(h, cp)[:-1], "-O", "exit", f"root@{h['ip']}"], capture_output=True, check=False)
-    if sum(answers) != len(hosts) * (len(hosts) - 1):
-        raise SystemExit(f"the mesh SSH loop got {sum(answers)} answers of {len(hosts) * (len(hosts) - 1)} pairs")
+    if sum(answers) != npairs:
+        raise SystemExit(f"the mesh SSH loop got {sum(answers)} answers of {npairs} pairs")
     return dt
 
 
@@ -105,15 +115,25 @@ def measure(inv: Path, repeat: int) -> dict[str, tuple[float, float]]:
             runs.setdefault("ssh_mesh limit", []).append(mesh_ssh_loop(hosts))
             runs.setdefault("ssh_mesh", []).append(
                 mesh_playbook(inv, key_dir, "--tags", "ssh_mesh_check", "-e", "ssh_mesh_check_mpirun=false"))
+            runs.setdefault("ssh_mesh + mpirun", []).append(mesh_playbook(inv, key_dir, "--tags", "ssh_mesh_check"))
     med = {k: statistics.median(v) for k, v in runs.items()}
-    return {s: (med[s], med[f"{s} limit"]) for s in ("verify", "ssh_mesh")}
+    out = {s: (med[s], med[f"{s} limit"]) for s in ("verify", "ssh_mesh")}
+    out["ssh_mesh + mpirun"] = (med["ssh_mesh + mpirun"], None)
+    return out
 
 
 def table(results: dict[int, dict[str, tuple[float, float]]]) -> str:
     rows = ["| nodes | stage | toolkit s | limit s (parallel SSH loop) | ratio |", "|---:|---|---:|---:|---:|"]
     for n in sorted(results):
         for stage, (ours, limit) in results[n].items():
-            rows.append(f"| {n} | {stage} | {ours:.2f} | {limit:.2f} | {ours / limit:.2f} |")
+            if limit is None:
+                rows.append(f"| {n} | {stage} | {ours:.2f} | - | - |")
+            else:
+                rows.append(f"| {n} | {stage} | {ours:.2f} | {limit:.2f} | {ours / limit:.2f} |")
+    ns = sorted(results)
+    for a, b in zip(ns, ns[1:], strict=False):
+        growth = ", ".join(f"{s} {results[b][s][0] / results[a][s][0]:.2f}x" for s in results[b] if s in results[a])
+        rows.append(f"\n{a} -> {b} nodes: {growth}")
     return "\n".join(rows)
 
 
@@ -136,7 +156,8 @@ def plot(results: dict[int, dict[str, tuple[float, float]]], png: Path) -> str:
     for i, stage in enumerate(results[ns[0]]):
         color = f"C{i}"
         ax.plot(ns, [results[n][stage][0] for n in ns], "o-", color=color, label=stage)
-        ax.plot(ns, [results[n][stage][1] for n in ns], "s--", color=color, label=f"{stage} limit (SSH loop)")
+        if all(results[n][stage][1] is not None for n in ns):
+            ax.plot(ns, [results[n][stage][1] for n in ns], "s--", color=color, label=f"{stage} limit (SSH loop)")
     ax.set_xlabel("simulated nodes")
     ax.set_ylabel("seconds")
     ax.set_xticks(ns)
@@ -191,7 +212,7 @@ def main() -> int:
         ctx = contextlib.nullcontext(given[n]) if given else cluster(f"scale-{n}", n, PROFILE)
         with ctx as inv:
             results[n] = measure(inv, a.repeat)
-        print(f"{n} nodes: " + ", ".join(f"{s} {o:.2f} s (limit {lim:.2f} s, ratio {o / lim:.2f})"
+        print(f"{n} nodes: " + ", ".join(f"{s} {o:.2f} s" + (f" (limit {lim:.2f} s, ratio {o / lim:.2f})" if lim else "")
                                          for s, (o, lim) in results[n].items()), flush=True)
     text = "\n".join([
         f"Measured {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC by "

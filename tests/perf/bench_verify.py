@@ -55,6 +55,13 @@ def probe_commands(vendor: str = "nvidia") -> list[str]:
             cmds.append("pgrep -a nv-fabricmanage || true")
         elif p["internal"] == "cuda":
             cmds.append("python3 -c " + shlex.quote(CUDA_PROBE))
+        elif p["internal"] == "acs":  # the config space of every PCI function (the probe parses ACS from it)
+            cmds.append("cat /sys/bus/pci/devices/*/config >/dev/null 2>&1 || true")
+        elif p["internal"] == "kmsg":  # the kernel log, NVRM / Xid lines kept
+            cmds.append("(dmesg || journalctl -k -b --no-pager -q) 2>/dev/null | grep -E 'NVRM|Xid' || true")
+        elif p["internal"]:
+            raise SystemExit(f"bench_verify: accel_probe's internal probe {p['internal']!r} has no shell "
+                             "equivalent here: add one to probe_commands")
         elif p["optional"]:
             cmds.append(f"command -v {p['argv'][0]} >/dev/null && {shlex.join(p['argv'])} || true")
         else:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -131,6 +132,8 @@ def connect(address: str, port: int, timeout: float) -> str | None:
     except TimeoutError:
         return f"no answer within {timeout:g} s (dropped by a firewall, or the address is not reachable)"
     except OSError as exc:
+        if exc.errno in (errno.ECONNRESET, errno.EPIPE):  # it opened, then the listener reset it
+            return None
         if exc.errno == errno.ECONNREFUSED:
             return "connection refused (nothing listens there, or a firewall rejects it)"
         if exc.errno == errno.EHOSTUNREACH:
@@ -175,12 +178,22 @@ def _read(path: str) -> str | None:
         return None
 
 
+_CONTAINER_ID = re.compile(r"[0-9a-f]{64}")
+
+
 def _unit(proc: str, pid: int) -> str | None:
-    """The systemd unit (or docker scope) of a process, from its cgroup path."""
+    """The systemd unit (or docker scope) of a process, from its cgroup path.
+
+    Docker's systemd cgroup driver puts a container in `docker-<id>.scope`; its cgroupfs driver in
+    `/docker/<id>` (or `/<--cgroup-parent>/<id>`, as dockerd inside the simulated nodes does): a last
+    component that is a 64-hex container id is named `docker-<id>.scope` too."""
     text = _read(f"{proc}/{pid}/cgroup") or ""
     for line in text.splitlines():
         path = line.rsplit(":", 1)[-1]
-        for part in reversed(path.split("/")):
+        parts = [p for p in path.split("/") if p]
+        if parts and _CONTAINER_ID.fullmatch(parts[-1]):
+            return f"docker-{parts[-1]}.scope"
+        for part in reversed(parts):
             if part.endswith((".service", ".scope")):
                 return part
     return None
@@ -189,22 +202,27 @@ def _unit(proc: str, pid: int) -> str | None:
 def owned_by(service: dict[str, Any], who: dict[str, Any] | None) -> bool:
     """Whether the process holding a port belongs to the plan's own service (a later run)."""
     unit = (who or {}).get("unit") or ""
-    if service.get("kind") in ("container", "mpirun"):  # a process in the engine container
+    if service.get("kind") in ("container", "mpirun", "exec"):  # a process in the engine container
+        # (exec: a unit running `docker exec` into the container, e.g. vllm serve in a Ray head's)
         return unit.startswith("docker-") and unit.endswith(".scope")
     return unit == f"{service['service']}.service"
 
 
 # The stand-in listeners: sockets bound here and handed to a detached process that accepts and closes
 # connections until it is stopped or `hold_s` passes. Constant code; its inputs are argv (numbers).
+# Each accepted connection is closed with SO_LINGER 0 (a reset): a normal close from this side would
+# leave the connection in TIME_WAIT on the service's port for a minute, and a service that binds
+# without SO_REUSEADDR would then fail to start with "Address already in use".
 HOLD_SRC = (
-    "import select,socket,sys,time\n"
+    "import select,socket,struct,sys,time\n"
     "end=time.monotonic()+float(sys.argv[1])\n"
     "ss=[socket.socket(fileno=int(f)) for f in sys.argv[2:]]\n"
+    "z=struct.pack('ii',1,0)\n"
     "while ss and time.monotonic()<end:\n"
     " r,_,_=select.select(ss,[],[],0.5)\n"
     " for s in r:\n"
     "  try:\n"
-    "   c,_=s.accept();c.close()\n"
+    "   c,_=s.accept();c.setsockopt(socket.SOL_SOCKET,socket.SO_LINGER,z);c.close()\n"
     "  except OSError:\n"
     "   pass\n"
 )
@@ -220,17 +238,43 @@ def unit_state(name: str) -> str:
     return out.stdout.strip()
 
 
-def hold_listeners(own: list[dict[str, Any]], hold_s: float, pidfile: str, state=unit_state) -> dict[str, Any]:
+def container_state(name: str) -> str:
+    """State.Status of a container ('' when there is none or docker cannot tell)."""
+    try:
+        out = subprocess.run(["docker", "inspect", "--type", "container", "-f", "{{.State.Status}}", name],
+                             capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return out.stdout.strip() if out.returncode == 0 else ""
+
+
+LIVE_UNIT = ("active", "activating", "reloading", "deactivating")
+
+
+def live_state(lst: dict[str, Any], state=unit_state, ctr_state=container_state) -> str:
+    """How the plan's own service of a port runs now: 'up' (its unit is active or activating; its
+    container runs), 'restarting' (its container is in docker's restart loop: its ports come and
+    go) or '' (not running)."""
+    kind = lst.get("kind")
+    if kind in ("systemd", "mpirun", "exec"):
+        return "up" if state(lst["service"]) in LIVE_UNIT else ""
+    if kind == "container":
+        return {"running": "up", "restarting": "restarting"}.get(ctr_state(lst["service"]), "")
+    return ""
+
+
+def hold_listeners(own: list[dict[str, Any]], hold_s: float, pidfile: str, state=unit_state,
+                   ctr_state=container_state) -> dict[str, Any]:
     """Open a stand-in listener on every own port nothing listens on yet (on the node's cluster
     address); report those already held: by the plan's own service (a later run) or by something else.
 
     A port of a service that is running or starting but does not hold it yet (a model still loading,
-    a unit waiting to be restarted by systemd) gets no stand-in: the service may bind it any moment.
+    a unit waiting to be restarted by systemd, a container in docker's restart loop) gets no stand-in:
+    the service may bind it any moment.
     It is reported as `starting` and not probed; its readiness and health are checked later."""
     socks, opened, in_use, taken, starting = [], [], [], [], []
     for lst in own:
-        live = lst.get("kind") in ("systemd", "mpirun") and state(lst["service"]) in (
-            "active", "activating", "reloading", "deactivating")
+        live = live_state(lst, state, ctr_state)
         s = socket.socket(socket.AF_INET6 if ":" in lst["address"] else socket.AF_INET, socket.SOCK_STREAM)
         try:
             s.bind((lst["address"], lst["port"]))
@@ -239,7 +283,15 @@ def hold_listeners(own: list[dict[str, Any]], hold_s: float, pidfile: str, state
             s.close()
             who = holder(lst["port"])
             rec = dict(lst, error=exc.strerror or str(exc), holder=who)
-            (in_use if exc.errno == errno.EADDRINUSE and owned_by(lst, who) else taken).append(rec)
+            # the plan's own service holds it (a later run); or its service is live and the holder
+            # cannot be seen (a container's process between two starts of docker's restart loop)
+            own = exc.errno == errno.EADDRINUSE and (owned_by(lst, who) or (live and not (who or {}).get("pid")))
+            if not own:
+                taken.append(rec)
+            elif live == "restarting":  # held now, gone the next moment: not probed (the serve stage replaces it)
+                starting.append(lst)
+            else:
+                in_use.append(rec)
             continue
         if live:
             s.close()

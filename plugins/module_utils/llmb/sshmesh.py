@@ -262,6 +262,45 @@ def ssh_argv(address: str, port: int, user: str, config: str | None, timeout: in
     return [*argv, address, command]
 
 
+PAIR_MODES = ("mpirun", "all")
+# Open MPI's routed/radix default fan-out (mca param routed_radix, PRRTE's too): the launcher and
+# each daemon start at most this many daemons over ssh when tree spawn is on (the default).
+MPI_TREE_RADIX = 64
+
+
+def mesh_pairs(order: list[str], mode: str = "mpirun", radix: int = MPI_TREE_RADIX) -> dict[str, list[dict]]:
+    """The ordered pairs the check must prove: {source: [{'target', 'role'}]}, sources in `order`.
+
+    mode 'mpirun': what `mpirun -H <order>` run on order[0] needs. The launcher (order[0], Open MPI's
+    vpid 0) reaches every node (role 'launcher'), and with tree spawn each daemon starts its children
+    in Open MPI's radix tree over the daemons in -H order: vpid v's parent is (v - 1) // radix
+    (role 'tree'; pairs from the launcher are already there). That is at most 2 (N - 1) pairs,
+    against N (N - 1) for mode 'all' (every node to every node, role 'all'), which an inventory asks
+    for where engines or tools open their own connections between arbitrary nodes.
+    """
+    if mode not in PAIR_MODES:
+        raise MeshError(f"ssh_mesh_check_pairs: {mode!r} is not one of {', '.join(PAIR_MODES)}")
+    if isinstance(radix, bool) or not isinstance(radix, int) or radix < 1:
+        raise MeshError(f"ssh_mesh_mpi_tree_radix: {radix!r} is not a positive integer")
+    names = list(order)
+    if len(set(names)) != len(names):
+        raise MeshError(f"the node order names a node twice: {names}")
+    out: dict[str, list[dict]] = {n: [] for n in names}
+    if mode == "all":
+        for src in names:
+            out[src] = [{"target": dst, "role": "all"} for dst in names if dst != src]
+        return out
+    if not names:
+        return out
+    launcher = names[0]
+    out[launcher] = [{"target": dst, "role": "launcher"} for dst in names[1:]]
+    for v in range(1, len(names)):
+        parent = (v - 1) // radix
+        if parent:
+            out[names[parent]].append({"target": names[v], "role": "tree"})
+    return out
+
+
 def rotate(targets: list[dict], me: str, order: list[str]) -> list[dict]:
     """Targets ordered from the one after `me` in `order`, wrapping: when every node does this at
     the same time, at each step the nodes connect to different targets (spreads sshd load)."""
@@ -297,6 +336,7 @@ def check_pairs(targets: list[dict], *, port: int = 22, user: str = "", config: 
         return {
             "target": t["name"],
             "address": t["address"],
+            "role": t.get("role", ""),
             "port": int(port),
             "ok": ok,
             "rc": rc,
@@ -332,31 +372,47 @@ def matrix(rows: dict[str, list[dict]]) -> dict[str, dict[str, dict]]:
     return {src: {r["target"]: r for r in results or []} for src, results in rows.items()}
 
 
-def format_matrix(rows: dict[str, list[dict]], port: int | None = None) -> str:
-    """The ordered-pair matrix as text: rows are sources, columns targets; ok, FAIL or '-' (self)."""
+def format_matrix(rows: dict[str, list[dict]], port: int | None = None,
+                  expected: dict[str, list] | None = None, mode: str = "all") -> str:
+    """The ordered-pair matrix as text: rows are sources, columns targets; ok, FAIL, '-' (self), '?'
+    (a pair to check with no result) and '.' (a pair the check does not need: `expected`, the
+    output of mesh_pairs, leaves it out)."""
     grid = matrix(rows)
     names = list(grid)
     for src in grid:
         for t in grid[src]:
             if t not in names:
                 names.append(t)
+    want = None
+    if expected is not None:
+        want = {src: {p["target"] if isinstance(p, dict) else str(p) for p in targets or []}
+                for src, targets in expected.items()}
     w = max([len(n) for n in names] + [6])
     corner = "from \\ to"
     head = f"{corner:<{w}}  " + "  ".join(f"{n:>{w}}" for n in names)
     lines = [head]
+    missing = 0
     for src in grid:
         cells = []
         for dst in names:
             if dst == src:
                 cells.append(f"{'-':>{w}}")
-            elif dst not in grid[src]:
-                cells.append(f"{'?':>{w}}")
-            else:
+            elif dst in grid[src]:
                 cells.append(f"{'ok' if grid[src][dst]['ok'] else 'FAIL':>{w}}")
+            elif want is not None and dst not in want.get(src, ()):
+                cells.append(f"{'.':>{w}}")
+            else:
+                missing += 1
+                cells.append(f"{'?':>{w}}")
         lines.append(f"{src:<{w}}  " + "  ".join(cells))
     total = sum(len(v) for v in grid.values())
     bad = sum(1 for v in grid.values() for r in v.values() if not r["ok"])
-    title = f"SSH all-pairs (BatchMode{'' if port is None else f', port {port}'}): {total - bad}/{total} ordered pairs ok"
+    where = "" if port is None else f", port {port}"
+    if mode == "mpirun":
+        title = (f"SSH pairs mpirun needs (launcher to every node, Open MPI tree spawn; BatchMode{where}): "
+                 f"{total - bad}/{total + missing} ok ('.' not needed)")
+    else:
+        title = f"SSH all-pairs (BatchMode{where}): {total - bad}/{total + missing} ordered pairs ok"
     return "\n".join([title, *lines])
 
 
@@ -366,8 +422,9 @@ def failures(source: str, results: list[dict]) -> list[str]:
     for r in results or []:
         if r["ok"]:
             continue
+        why = {"launcher": " [mpirun launcher to node]", "tree": " [Open MPI tree spawn]"}.get(r.get("role", ""), "")
         out.append(
-            f"{source} -> {r['target']} ({r['address']}:{r['port']}): SSH with BatchMode failed: "
+            f"{source} -> {r['target']} ({r['address']}:{r['port']}){why}: SSH with BatchMode failed: "
             f"{r['error']} (after {r['attempts']} attempt(s)); fix: {r['hint']}"
         )
     return out

@@ -311,3 +311,66 @@ def test_failures_name_both_ends_and_hint():
 def test_mpirun_hostnames_ignore_noise():
     out = "n2\nn1\n--------------------------------------------------------------------------\nWARNING: x y\nn3\n"
     assert sshmesh.mpirun_hostnames(out) == ["n1", "n2", "n3"]
+
+
+# --------------------------------------------------------------------------- which pairs
+
+
+def _pairs(order, mode="mpirun", radix=64):
+    return {src: [(p["target"], p["role"]) for p in row] for src, row in sshmesh.mesh_pairs(order, mode, radix).items()}
+
+
+def test_mesh_pairs_mpirun_is_the_launcher_to_every_node_below_the_radix():
+    nodes = [f"n{i}" for i in range(1, 33)]
+    pairs = _pairs(nodes)
+    assert pairs["n1"] == [(n, "launcher") for n in nodes[1:]]
+    assert all(pairs[n] == [] for n in nodes[1:])
+
+
+def test_mesh_pairs_mpirun_adds_open_mpis_radix_tree_edges():
+    # radix 2 over 7 daemons (vpids 1..7 after the launcher, vpid 0): parent of v is (v - 1) // 2
+    nodes = [f"n{i}" for i in range(8)]
+    pairs = _pairs(nodes, radix=2)
+    assert pairs["n0"] == [(n, "launcher") for n in nodes[1:]]
+    assert pairs["n1"] == [("n3", "tree"), ("n4", "tree")]
+    assert pairs["n2"] == [("n5", "tree"), ("n6", "tree")]
+    assert pairs["n3"] == [("n7", "tree")]
+    assert sum(len(v) for v in pairs.values()) <= 2 * (len(nodes) - 1)
+
+
+def test_mesh_pairs_mpirun_grows_linearly_and_all_quadratically():
+    for n in (2, 16, 32, 256, 1000):
+        nodes = [f"n{i}" for i in range(n)]
+        assert sum(len(v) for v in sshmesh.mesh_pairs(nodes).values()) <= 2 * (n - 1)
+        if n <= 256:
+            assert sum(len(v) for v in sshmesh.mesh_pairs(nodes, "all").values()) == n * (n - 1)
+    # the launcher's row is the longest: the check's wall time is its rounds of `parallel` connections
+    rows = sshmesh.mesh_pairs([f"n{i}" for i in range(256)])
+    assert max(rows, key=lambda s: len(rows[s])) == "n0"
+
+
+@pytest.mark.parametrize("mode, radix, word", [("every", 64, "ssh_mesh_check_pairs"), ("mpirun", 0, "ssh_mesh_mpi_tree_radix"),
+                                               ("mpirun", True, "ssh_mesh_mpi_tree_radix")])
+def test_mesh_pairs_refuses_bad_mode_and_radix(mode, radix, word):
+    with pytest.raises(sshmesh.MeshError, match=word):
+        sshmesh.mesh_pairs(["a", "b"], mode, radix)
+
+
+def test_mesh_pairs_refuses_a_node_named_twice():
+    with pytest.raises(sshmesh.MeshError, match="twice"):
+        sshmesh.mesh_pairs(["a", "b", "a"])
+
+
+def test_format_matrix_marks_pairs_not_needed():
+    expected = sshmesh.mesh_pairs(["n1", "n2", "n3"])
+    rows = {"n1": [pair("n2"), pair("n3", False, "timed out")], "n2": [], "n3": []}
+    lines = sshmesh.format_matrix(rows, 22, expected, "mpirun").splitlines()
+    assert lines[0].startswith("SSH pairs mpirun needs") and "1/2 ok" in lines[0]
+    assert lines[2].split() == ["n1", "-", "ok", "FAIL"]
+    assert lines[3].split() == ["n2", ".", "-", "."]
+
+
+def test_failures_say_why_the_pair_is_checked():
+    r = pair("n3", False, "timed out")
+    r["role"] = "launcher"
+    assert "n1 -> n3 (10.0.0.3:22) [mpirun launcher to node]: SSH" in sshmesh.failures("n1", [r])[0]

@@ -49,3 +49,38 @@ def test_other_commands_leave_the_bundle_alone(tmp_path):
     spec, argv = _run(tmp_path, "--root", "/run/x", "state", "ctr-id", "BUNDLE")
     assert all(v == ALL for v in spec["process"]["capabilities"].values())
     assert argv[2:4] == ["state", "ctr-id"]
+
+
+def test_exec_keeps_only_the_bounding_set_in_the_process_file(tmp_path):
+    """`docker exec` into a --privileged container: containerd hands runc exec a process spec file."""
+    proc = tmp_path / "process.json"
+    proc.write_text(json.dumps({"args": ["vllm", "serve"], "capabilities": {k: list(ALL) for k in ("bounding", "effective")}}))
+    _spec, argv = _run(tmp_path, "--root", "/run/x", "exec", "--process", str(proc), "--detach", "ctr-id")
+    want = [c for c in ALL if c in _bounding()]
+    got = json.loads(proc.read_text())
+    assert got["args"] == ["vllm", "serve"] and all(v == want for v in got["capabilities"].values()), got
+    assert argv == ["--root", "/run/x", "exec", "--process", str(proc), "--detach", "ctr-id"]
+
+
+def test_create_clamps_rlimits_to_the_nodes_hard_limits(tmp_path):
+    """`--ulimit memlock=-1` (the TensorRT-LLM recipe): raising a hard limit needs CAP_SYS_RESOURCE, which
+    the node lacks; the shim lowers it to the node's own hard limit."""
+    import resource
+
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    huge = 2**64 - 1
+    spec = {"process": {"capabilities": {"bounding": list(ALL)},
+                        "rlimits": [{"type": "RLIMIT_MEMLOCK", "hard": huge, "soft": huge},
+                                    {"type": "RLIMIT_NOFILE", "hard": 1024, "soft": 1024}]}}
+    (bundle / "config.json").write_text(json.dumps(spec))
+    fake = tmp_path / "runc"
+    fake.write_text("#!/bin/sh\nexit 0\n")
+    fake.chmod(0o755)
+    subprocess.run(["python3", str(SHIM), "create", "--bundle", str(bundle), "id"], check=True,
+                   env=dict(os.environ, LLMB_SIM_RUNC=str(fake)))
+    got = {r["type"]: r for r in json.loads((bundle / "config.json").read_text())["process"]["rlimits"]}
+    cap = resource.getrlimit(resource.RLIMIT_MEMLOCK)[1]
+    want = huge if cap == resource.RLIM_INFINITY else cap
+    assert got["RLIMIT_MEMLOCK"]["hard"] == want and got["RLIMIT_MEMLOCK"]["soft"] == want, got
+    assert got["RLIMIT_NOFILE"]["hard"] == min(1024, resource.getrlimit(resource.RLIMIT_NOFILE)[1])

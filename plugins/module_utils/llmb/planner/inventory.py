@@ -829,7 +829,8 @@ def stage_knobs(roles_dir: str | None = None) -> dict[str, Knob]:
     """Knobs of the stage roles' options (every entry point of roles/*/meta/argument_specs.yml).
 
     Options named llmb_* are the toolkit's shared variables and stay in KNOBS (a test holds the two
-    to agree). Ports get 1-65535 and timeouts a positive value on top of the declared type.
+    to agree). Ports get 1-65535, and timeouts, fan-outs (_radix) and parallelism (_parallel) a positive value
+    on top of the declared type.
     Empty when the roles are not beside this file (module_utils copied elsewhere).
     """
     root = Path(roles_dir) if roles_dir else ROLES_DIR
@@ -851,6 +852,8 @@ def stage_knobs(roles_dir: str | None = None) -> dict[str, Knob]:
                 if kind == "int" and opt.endswith("_port"):
                     lo, hi = 1, 65535
                 elif kind in ("int", "float") and re.search(r"_timeout(_s)?$", opt):
+                    lo = 1
+                elif kind == "int" and re.search(r"_(radix|parallel)$", opt):
                     lo = 1
                 elements = spec.get("elements")
                 out[opt] = Knob(

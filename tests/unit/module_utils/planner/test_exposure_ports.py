@@ -137,6 +137,32 @@ def test_stand_in_listeners_answer_until_stopped(tmp_path):
     assert rec["message"].startswith(f"node2 -> node1 127.0.0.1:{port} (llmb-ray ray-gcs): connection refused")
 
 
+def test_after_the_stand_in_a_service_binds_its_port_without_reuseaddr(tmp_path):
+    """The probe connected to the stand-in; once it is stopped the service binds the port at once
+    (every interface, no SO_REUSEADDR: no connection of the stand-in's left in TIME_WAIT)."""
+    port = _free_port()
+    pidfile = str(tmp_path / "pid")
+    ports.hold_listeners([_lst(port)], 30, pidfile)
+    try:
+        (rec,) = ports.probe("node2", [_lst(port)], 2)
+        assert rec["ok"], rec
+        # a peer that lets the stand-in close first (the close order of a real probe is a race)
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as c:
+            try:
+                assert c.recv(1) == b""
+            except ConnectionResetError:
+                pass
+    finally:
+        assert ports.stop_listeners(pidfile)
+    svc = socket.socket()
+    try:
+        svc.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 0)
+        svc.bind(("0.0.0.0", port))
+        svc.listen(1)
+    finally:
+        svc.close()
+
+
 def test_a_port_held_by_another_process_is_reported_taken(tmp_path):
     squatter = socket.socket()
     squatter.bind(("127.0.0.1", 0))
@@ -184,3 +210,66 @@ def test_a_port_of_a_service_running_or_starting_gets_no_stand_in_and_is_not_a_t
     listening = [{"host": "node1", "opened": [{"port": 6379}], "in_use": [], "starting": [{"port": 8000}]}]
     assert [t["port"] for t in ports.targets(doc, "node2", listening)] == [6379]
     assert [t["port"] for t in ports.targets(doc, "node2")] == [6379, 8000]
+
+
+@pytest.mark.parametrize("cgroup, unit", [
+    # docker's systemd cgroup driver
+    ("0::/system.slice/docker-" + "a" * 64 + ".scope\n", "docker-" + "a" * 64 + ".scope"),
+    # docker's cgroupfs driver (v1 lines), and a --cgroup-parent (the simulated nodes' nested dockerd)
+    ("12:perf_event:/docker/" + "b" * 64 + "\n1:cpu:/docker/" + "b" * 64 + "\n", "docker-" + "b" * 64 + ".scope"),
+    ("0::/llmb-sim-nested/" + "c" * 64 + "\n", "docker-" + "c" * 64 + ".scope"),
+    ("0::/system.slice/llmb-ray.service\n", "llmb-ray.service"),
+    ("0::/user.slice/user-0.slice/session-3.scope\n", "session-3.scope"),
+    ("0::/\n", None),
+])
+def test_the_unit_of_a_port_holder_names_containers_of_every_cgroup_layout(tmp_path, cgroup, unit):
+    (tmp_path / "42").mkdir()
+    (tmp_path / "42" / "cgroup").write_text(cgroup)
+    assert ports._unit(str(tmp_path), 42) == unit
+    container = {"service": "vllm-ascend", "kind": "container"}
+    assert ports.owned_by(container, {"pid": 42, "unit": unit}) is bool(unit and unit.startswith("docker-"))
+
+
+@pytest.mark.parametrize("status, where", [("restarting", "starting"), ("running", "in_use"), ("", "taken"),
+                                           ("exited", "taken")])
+def test_a_port_whose_container_is_live_and_holder_unseen_is_its_own(tmp_path, monkeypatch, status, where):
+    """The plan's container in docker's restart loop holds its port between two starts; /proc shows no
+    holder. Running: the service's own port (probed); restarting: not probed (it comes and goes until
+    the serve stage replaces the container); no such container: taken."""
+    squatter = socket.socket()
+    squatter.bind(("127.0.0.1", 0))
+    squatter.listen(1)
+    port = squatter.getsockname()[1]
+    monkeypatch.setattr(ports, "holder", lambda port: {"pid": None, "comm": None, "unit": None})
+    lst = dict(_lst(port, service="vllm-ascend", purpose="api"), kind="container")
+    try:
+        out = ports.hold_listeners([lst], 30, str(tmp_path / "pid"), ctr_state=lambda name: status)
+    finally:
+        squatter.close()
+    assert [r["port"] for r in out[where]] == [port], out
+    assert sum(len(out[k]) for k in ("opened", "in_use", "taken", "starting")) == 1, out
+    # a holder that can be seen and is not the container stays taken whatever the container does
+    assert not ports.owned_by(lst, {"pid": 7, "comm": "nginx", "unit": "nginx.service"})
+
+
+def test_a_free_port_of_a_live_container_gets_no_stand_in(tmp_path):
+    port = _free_port()
+    lst = dict(_lst(port, service="vllm-ascend", purpose="api"), kind="container")
+    out = ports.hold_listeners([lst], 30, str(tmp_path / "pid"), ctr_state=lambda name: "running")
+    assert out["starting"] == [lst] and not out["opened"] and out["pid"] is None
+
+
+def test_a_connection_reset_after_it_opened_is_reachable(monkeypatch):
+    def reset(*_a, **_k):
+        raise ConnectionResetError(104, "Connection reset by peer")
+    monkeypatch.setattr(ports.socket, "create_connection", reset)
+    assert ports.connect("10.0.0.1", 13345, 1) is None
+
+
+def test_the_port_of_an_exec_unit_is_held_by_a_process_of_its_container():
+    """vllm serve runs in the Ray head's container through a unit of kind exec (docker exec): its API
+    port's holder is in the container's scope, not in the unit's cgroup."""
+    svc = {"service": "kimi-K2-serve", "kind": "exec"}
+    assert ports.owned_by(svc, {"pid": 4217, "comm": "vllm", "unit": "docker-" + "5" * 64 + ".scope"})
+    assert not ports.owned_by(svc, {"pid": 7, "comm": "nginx", "unit": "nginx.service"})
+    assert ports.live_state(dict(svc, port=8000), state=lambda name: "active") == "up"

@@ -54,3 +54,15 @@ def test_known_hosts_for_container_port_as_string():
     nodes = [{"names": ["n1"], "host_key": "ssh-ed25519 AAAA1", "sshd_host_key": "ssh-ed25519 AAAA2"}]
     assert F["llmb_ssh_known_hosts_for"](nodes, "22", "2233") == "n1 ssh-ed25519 AAAA1\n[n1]:2233 ssh-ed25519 AAAA2\n"
     assert F["llmb_ssh_known_hosts_for"](nodes, 22, None) == "n1 ssh-ed25519 AAAA1\n"
+
+
+def test_my_targets_follow_the_pairs_and_carry_the_role():
+    targets = [{"name": n, "address": f"10.0.0.{i}"} for i, n in enumerate(["n1", "n2", "n3"], 1)]
+    pairs = F["llmb_ssh_mesh_pairs"](["n1", "n2", "n3"], "mpirun", "64")
+    assert F["llmb_ssh_mesh_my_targets"](targets, pairs, "n1") == [
+        {"name": "n2", "address": "10.0.0.2", "role": "launcher"}, {"name": "n3", "address": "10.0.0.3", "role": "launcher"}]
+    assert F["llmb_ssh_mesh_my_targets"](targets, pairs, "n2") == []
+    allp = F["llmb_ssh_mesh_pairs"](["n1", "n2", "n3"], "all")
+    assert [t["name"] for t in F["llmb_ssh_mesh_my_targets"](targets, allp, "n2")] == ["n1", "n3"]
+    with pytest.raises(AnsibleFilterError, match="ssh_mesh: .*ssh_mesh_check_pairs"):
+        F["llmb_ssh_mesh_pairs"](["n1"], "ring")
