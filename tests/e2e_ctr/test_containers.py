@@ -219,7 +219,8 @@ def test_mi300x_serve_flag_change_keeps_the_ray_containers(ctr):
     _ok(ctr.playbook(MI, playbook=ctr.serve_playbook))
     before = _running(ctr)
     extra = ctr.inventory_dir(MI) / "group_vars" / "all" / "zz-change.yml"
-    extra.write_text("llmb_max_num_seqs: 7\n")
+    # the sample's engine args (a group_vars file replaces the whole dict) and one flag more
+    extra.write_text("llmb_engine_args: {enable-prefix-caching: false, max-num-seqs: 7}\n")
     try:
         run = ctr.playbook(MI, playbook=ctr.serve_playbook)
         _ok(run)
