@@ -238,6 +238,7 @@ def test_mi300x_serve_flag_change_keeps_the_ray_containers(ctr):
 
 # ------------------------------------------------------------------ h200-trtllm: sshd on 2233 in both containers, mpirun -np 16
 TRT = RECIPES["trtllm"]
+TRT_MODEL = "/models/Kimi-K2-Instruct"  # llmb_container_model_dir of inventories/h200-trtllm
 
 
 def test_trtllm_converges(ctr):
@@ -263,7 +264,8 @@ def test_trtllm_converges(ctr):
         ps = _in(ctr, node, "llmb-trtllm", "ps", "-eo", "args").stdout
         ranks = [ln for ln in ps.splitlines() if "trtllm-serve serve" in ln and not ln.startswith("mpirun")]
         assert len(ranks) >= 8, f"{node}: expected 8 ranks in the container, found {len(ranks)}:\n{ps}"
-    assert [m["id"] for m in _api(ctr)["data"]] == ["kimi-k2-sim"]
+    # trtllm-serve lists its model argument (no served-name option): the sample's container path
+    assert [m["id"] for m in _api(ctr)["data"]] == [TRT_MODEL]
 
 
 def test_trtllm_rerun_changes_nothing_and_keeps_containers(ctr):
