@@ -133,7 +133,10 @@ def test_a3_image_digest_drifted_in_registry(ctr):
     """The tag moved in the registry and the pinned digest is gone: node1's pull fails naming host, image,
     pinned digest and registry. Pinning the new digest then replaces both containers with the new image."""
     img = ctr.fixture["images"]["a3"]
+    old_id = img["id"]
     new = ctr.registry("drift", "vllm-ascend").splitlines()[-1]
+    # node1 lost the image (rebuilt disk): its container goes first, else the image stays in use
+    ctr.node("node1", "docker", "rm", "-f", "vllm-ascend")
     ctr.node("node1", "docker", "rmi", "-f", img["image"], f"{ctr.fixture['mirror']}/{img['path']}@{img['digest']}",
              check=False)
     run = ctr.playbook(A3)
@@ -144,8 +147,10 @@ def test_a3_image_digest_drifted_in_registry(ctr):
     run = ctr.playbook(A3)
     _ok(run)
     after = _running(ctr)
+    assert after["node2"]["vllm-ascend"] != before["node2"]["vllm-ascend"], "node2: the container kept the old image"
     for n in ("node1", "node2"):
-        assert after[n]["vllm-ascend"] != before[n]["vllm-ascend"], f"{n}: the container kept the old image"
+        c = ctr.containers(n)["vllm-ascend"]
+        assert c["status"] == "running" and c["image"] != old_id, f"{n}: {c['image']} is still the drifted-from image"
     assert [m["id"] for m in _api(ctr)["data"]] == ["kimi-k2-sim"]
 
 
@@ -219,7 +224,8 @@ def test_mi300x_serve_flag_change_keeps_the_ray_containers(ctr):
     _ok(ctr.playbook(MI, playbook=ctr.serve_playbook))
     before = _running(ctr)
     extra = ctr.inventory_dir(MI) / "group_vars" / "all" / "zz-change.yml"
-    extra.write_text("llmb_max_num_seqs: 7\n")
+    # the sample's engine args (a group_vars file replaces the whole dict) and one flag more
+    extra.write_text("llmb_engine_args: {enable-prefix-caching: false, max-num-seqs: 7}\n")
     try:
         run = ctr.playbook(MI, playbook=ctr.serve_playbook)
         _ok(run)
@@ -232,6 +238,7 @@ def test_mi300x_serve_flag_change_keeps_the_ray_containers(ctr):
 
 # ------------------------------------------------------------------ h200-trtllm: sshd on 2233 in both containers, mpirun -np 16
 TRT = RECIPES["trtllm"]
+TRT_MODEL = "/models/Kimi-K2-Instruct"  # llmb_container_model_dir of inventories/h200-trtllm
 
 
 def test_trtllm_converges(ctr):
@@ -257,7 +264,8 @@ def test_trtllm_converges(ctr):
         ps = _in(ctr, node, "llmb-trtllm", "ps", "-eo", "args").stdout
         ranks = [ln for ln in ps.splitlines() if "trtllm-serve serve" in ln and not ln.startswith("mpirun")]
         assert len(ranks) >= 8, f"{node}: expected 8 ranks in the container, found {len(ranks)}:\n{ps}"
-    assert [m["id"] for m in _api(ctr)["data"]] == ["kimi-k2-sim"]
+    # trtllm-serve lists its model argument (no served-name option): the sample's container path
+    assert [m["id"] for m in _api(ctr)["data"]] == [TRT_MODEL]
 
 
 def test_trtllm_rerun_changes_nothing_and_keeps_containers(ctr):

@@ -276,6 +276,9 @@ def hold_listeners(own: list[dict[str, Any]], hold_s: float, pidfile: str, state
     for lst in own:
         live = live_state(lst, state, ctr_state)
         s = socket.socket(socket.AF_INET6 if ":" in lst["address"] else socket.AF_INET, socket.SOCK_STREAM)
+        # past connections of the port's service left in TIME_WAIT must not read as "in use" (Linux
+        # still refuses the bind while anything listens on the port, with or without this option)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((lst["address"], lst["port"]))
             s.listen(64)

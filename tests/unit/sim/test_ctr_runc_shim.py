@@ -54,11 +54,15 @@ def test_other_commands_leave_the_bundle_alone(tmp_path):
 def test_exec_keeps_only_the_bounding_set_in_the_process_file(tmp_path):
     """`docker exec` into a --privileged container: containerd hands runc exec a process spec file."""
     proc = tmp_path / "process.json"
-    proc.write_text(json.dumps({"args": ["vllm", "serve"], "capabilities": {k: list(ALL) for k in ("bounding", "effective")}}))
+    proc.write_text(json.dumps({"args": ["vllm", "serve"], "capabilities": {k: list(ALL) for k in ("bounding", "effective")},
+                                "rlimits": [{"type": "RLIMIT_MEMLOCK", "hard": 2**64 - 1, "soft": 2**64 - 1}]}))
     _spec, argv = _run(tmp_path, "--root", "/run/x", "exec", "--process", str(proc), "--detach", "ctr-id")
     want = [c for c in ALL if c in _bounding()]
     got = json.loads(proc.read_text())
     assert got["args"] == ["vllm", "serve"] and all(v == want for v in got["capabilities"].values()), got
+    import resource
+    cap = resource.getrlimit(resource.RLIMIT_MEMLOCK)[1]
+    assert got["rlimits"][0]["hard"] == (2**64 - 1 if cap == resource.RLIM_INFINITY else cap), got
     assert argv == ["--root", "/run/x", "exec", "--process", str(proc), "--detach", "ctr-id"]
 
 

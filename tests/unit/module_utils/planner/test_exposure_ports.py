@@ -273,3 +273,25 @@ def test_the_port_of_an_exec_unit_is_held_by_a_process_of_its_container():
     assert ports.owned_by(svc, {"pid": 4217, "comm": "vllm", "unit": "docker-" + "5" * 64 + ".scope"})
     assert not ports.owned_by(svc, {"pid": 7, "comm": "nginx", "unit": "nginx.service"})
     assert ports.live_state(dict(svc, port=8000), state=lambda name: "active") == "up"
+
+
+def test_a_port_with_only_time_wait_connections_gets_a_stand_in(tmp_path):
+    """The service's earlier connections (health checks, clients) in TIME_WAIT on its port: nothing
+    listens, so the port is free for the check (it was reported taken by a holder nobody could see)."""
+    srv = socket.socket()
+    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)
+    port = srv.getsockname()[1]
+    cli = socket.create_connection(("127.0.0.1", port))
+    conn, _ = srv.accept()
+    conn.close()  # the server side closes first: TIME_WAIT on 127.0.0.1:port
+    cli.recv(1)
+    cli.close()
+    srv.close()
+    pidfile = str(tmp_path / "pid")
+    out = ports.hold_listeners([_lst(port)], 30, pidfile)
+    try:
+        assert [o["port"] for o in out["opened"]] == [port] and not out["taken"], out
+    finally:
+        ports.stop_listeners(pidfile)

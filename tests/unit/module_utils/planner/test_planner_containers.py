@@ -136,3 +136,13 @@ def test_exec_service_records_its_pid_and_stop_ends_it(tmp_path: Path):
         if proc.poll() is None:
             os.kill(proc.pid, 9)
         reaper.join()
+
+
+def test_trtllm_is_asked_for_by_its_model_argument(planned):
+    """trtllm-serve has no served-name option: /v1/models lists its model argument, so the plan's API,
+    health check and model block name that path (the e2e-ctr launcher was healthy and listed only it)."""
+    launcher_host = _hosts(planned("h200-trtllm"))["gpu-h200-01"]
+    launcher = service(launcher_host, "llmb-trtllm-launcher")
+    model_arg = [a for a in launcher["argv"] if a.startswith("/")][-1]
+    assert launcher["api"]["served_model_name"] == model_arg == launcher["health"]["expect_model"]
+    assert launcher_host["model"]["served_model_name"] == model_arg

@@ -138,8 +138,20 @@ def services(ctx: Context, topo: Topology, ea: EngineArgs) -> list[HostPlan]:
                 common.expose_api(ctx, topo, launcher, node, ea.values)
                 launcher.notes = list(ea.notes)
                 hp.services.append(launcher)
+        _served_as_model_path(hp, model_path)
         plans.append(hp)
     return plans
+
+
+def _served_as_model_path(hp: HostPlan, model_path: str) -> None:
+    """trtllm-serve has no served-name option: /v1/models lists the model argument (the path the
+    container sees), so clients, the health check, smoke and bench ask for that name."""
+    hp.model["served_model_name"] = model_path
+    for svc in hp.services:
+        if svc.api:
+            svc.api["served_model_name"] = model_path
+        if svc.health:
+            svc.health["expect_model"] = model_path
 
 
 def _mpirun_argv(
