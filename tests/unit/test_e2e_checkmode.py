@@ -52,17 +52,14 @@ def _tasks() -> dict[str, dict]:
     for path in sorted((ROOT / "roles").glob("*/*/*.yml")):
         if path.parent.name not in ("tasks", "handlers"):
             continue
-        role = path.parent.parent.name
-
-        def walk(items):
-            for t in items or []:
-                if isinstance(t, dict):
-                    if "name" in t:
-                        names[f"{role} : {t['name']}"] = t
-                    for key in ("block", "rescue", "always"):
-                        walk(t.get(key))
-
-        walk(yaml.safe_load(path.read_text()))
+        stack = list(yaml.safe_load(path.read_text()) or [])
+        while stack:
+            t = stack.pop()
+            if isinstance(t, dict):
+                if "name" in t:
+                    names[f"{path.parent.parent.name} : {t['name']}"] = t
+                for key in ("block", "rescue", "always"):
+                    stack += t.get(key) or []
     return names
 
 

@@ -396,7 +396,8 @@ def mpirun_hosts(targets: list[dict], slots, launcher_hostname: str) -> str:
         raise MeshError(f"mpirun host list: the launcher {nodes[0].get('name')}'s host name is {name!r}, "
                         "expected an RFC 1123 host name (what `hostname` prints there)")
     out = []
-    for i, (node, count) in enumerate(zip(nodes, counts)):
+    for i, node in enumerate(nodes):  # (no zip(strict=): this module also runs on nodes' Python 3.8+)
+        count = counts[i]
         try:
             n = int(count)
         except (TypeError, ValueError):
