@@ -196,15 +196,18 @@ def owned_by(service: dict[str, Any], who: dict[str, Any] | None) -> bool:
 
 # The stand-in listeners: sockets bound here and handed to a detached process that accepts and closes
 # connections until it is stopped or `hold_s` passes. Constant code; its inputs are argv (numbers).
+# Each accepted connection is reset (SO_LINGER 0), not closed: a close by this side first would leave
+# the port in TIME_WAIT on the node for a minute, and the service that binds it next without
+# SO_REUSEADDR would fail with "Address already in use" until then.
 HOLD_SRC = (
-    "import select,socket,sys,time\n"
+    "import select,socket,struct,sys,time\n"
     "end=time.monotonic()+float(sys.argv[1])\n"
     "ss=[socket.socket(fileno=int(f)) for f in sys.argv[2:]]\n"
     "while ss and time.monotonic()<end:\n"
     " r,_,_=select.select(ss,[],[],0.5)\n"
     " for s in r:\n"
     "  try:\n"
-    "   c,_=s.accept();c.close()\n"
+    "   c,_=s.accept();c.setsockopt(socket.SOL_SOCKET,socket.SO_LINGER,struct.pack('ii',1,0));c.close()\n"
     "  except OSError:\n"
     "   pass\n"
 )
