@@ -128,6 +128,8 @@ def connect(address: str, port: int, timeout: float) -> str | None:
     try:
         with socket.create_connection((address, port), timeout=timeout):
             return None
+    except ConnectionResetError:  # a listener accepted and reset it (the stand-ins do): the port answers
+        return None
     except TimeoutError:
         return f"no answer within {timeout:g} s (dropped by a firewall, or the address is not reachable)"
     except OSError as exc:

@@ -164,6 +164,22 @@ def test_stand_in_leaves_no_time_wait_behind_for_the_service_to_trip_over(tmp_pa
         s.close()
 
 
+def test_a_connection_reset_after_the_handshake_counts_as_reached(monkeypatch):
+    """The stand-in resets what it accepts; on a loaded node the reset can reach the prober before its
+    connect() returns (ECONNRESET): the port answered. A refusal (RST to the SYN) stays a failure."""
+    def reset(*_a, **_k):
+        raise ConnectionResetError(104, "Connection reset by peer")
+
+    monkeypatch.setattr(ports.socket, "create_connection", reset)
+    assert ports.connect("192.0.2.1", 8000, 1) is None
+
+    def refused(*_a, **_k):
+        raise ConnectionRefusedError(111, "Connection refused")
+
+    monkeypatch.setattr(ports.socket, "create_connection", refused)
+    assert ports.connect("192.0.2.1", 8000, 1).startswith("connection refused")
+
+
 def test_a_port_held_by_another_process_is_reported_taken(tmp_path):
     squatter = socket.socket()
     squatter.bind(("127.0.0.1", 0))
