@@ -120,6 +120,7 @@ class ActionModule(ControllerAction, ActionBase):
             "ok": summary["ok"],
             "platform": profile["name"],
             "result_file": path,
+            "node_hostname": raw.get("host"),  # the node's own name: the fabric's mpirun launcher goes by it
             "counts": summary["counts"],
             "failed_checks": failed,
             "firmware": V.node_firmware(facts, profile["name"]),

@@ -14,6 +14,7 @@
     msgs: "{{ pairs | llmb_ssh_mesh_failures(inventory_hostname) }}"
     bad:  "{{ listeners | llmb_ssh_port_conflict(config_path) }}"
     names: "{{ stdout | llmb_mpirun_hostnames }}"
+    hosts: "{{ nodes | llmb_mpirun_hosts(slots, launcher_hostname) }}"            # node0's name:1,addr:1
 """
 
 from __future__ import annotations
@@ -123,6 +124,11 @@ def llmb_mpirun_hostnames(stdout):
     return sshmesh.mpirun_hostnames(str(stdout or ""))
 
 
+def llmb_mpirun_hosts(targets, slots, launcher_hostname):
+    """mpirun's -H list from the first target: that node by its host name, the others by address."""
+    return sshmesh.mpirun_hosts(list(targets or []), slots, str(launcher_hostname or ""))
+
+
 class FilterModule:
     def filters(self):
         return reraise_each(
@@ -142,6 +148,7 @@ class FilterModule:
                 llmb_ssh_mesh_failures,
                 llmb_ssh_port_conflict,
                 llmb_mpirun_hostnames,
+                llmb_mpirun_hosts,
             ),
             sshmesh.MeshError, AnsibleFilterError, "ssh_mesh: ",
         )

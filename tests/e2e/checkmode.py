@@ -10,9 +10,10 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def changed_set(out: str) -> set[tuple[str, str]]:
+    """(host, task) of every `changed:` line, under the TASK or RUNNING HANDLER header it follows."""
     pairs, task = set(), None
     for line in out.splitlines():
-        m = re.match(r"^TASK \[(.+)\] \**$", line)
+        m = re.match(r"^(?:TASK|RUNNING HANDLER) \[(.+)\] \**$", line)
         if m:
             task = m.group(1)
             continue

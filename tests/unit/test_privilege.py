@@ -16,6 +16,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 LOCAL = {"localhost", "127.0.0.1", "::1"}
+FABRIC_PLAY = "Verify - cross-node fabric as root (ib_write_bw per rail, all_reduce_perf over the SSH mesh)"
 # The node plays that need root (engine venvs under /opt/llmb, /etc/llmb, units, docker, the mesh's
 # files under root's ~/.ssh); every other play runs as the login user.
 BECOME_PLAYS = {
@@ -24,6 +25,8 @@ BECOME_PLAYS = {
     ("playbooks/weights.yml", "Weights - download once, verify, fan out, patch config.json"),
     ("playbooks/ssh_mesh.yml", "Access - SSH mesh between the accelerator nodes"),
     ("playbooks/serve.yml", "Serve the model"),
+    # the SSH mesh mpirun uses is root's (/etc/llmb/ssh-mesh, 0700): the fabric tests, nothing else of verify
+    ("playbooks/verify.yml", FABRIC_PLAY),
 }
 TASK_LISTS = ("tasks", "pre_tasks", "post_tasks", "handlers", "block", "rescue", "always")
 
@@ -107,8 +110,29 @@ def test_become_only_at_play_level_on_the_node_plays():
     assert not task_become, f"become on a task, not the play: {task_become}"
 
 
-@pytest.mark.parametrize("playbook", ["playbooks/preflight.yml", "playbooks/verify.yml", "playbooks/bench.yml",
+@pytest.mark.parametrize("playbook", ["playbooks/preflight.yml", "playbooks/bench.yml",
                                       "playbooks/report.yml", "playbooks/_run.yml"])
 def test_read_only_stages_need_no_root(playbook):
     doc = yaml.safe_load((ROOT / playbook).read_text())
     assert not [p["name"] for p in doc if p.get("become")], playbook
+
+
+def test_verify_becomes_root_only_for_the_fabric_tests():
+    """The per-node checks and the report run as the login user; the fabric play (tag fabric: opted out
+    with --skip-tags fabric) becomes root and runs only the fabric tasks (with the run's directory)."""
+    doc = yaml.safe_load((ROOT / "playbooks/verify.yml").read_text())
+    node_plays = [p for p in doc if p.get("hosts") == "accel_nodes"]
+    become = [p for p in node_plays if p.get("become")]
+    assert [p["name"] for p in become] == [FABRIC_PLAY]
+    (fabric,) = become
+    assert fabric["tags"] == ["fabric"]
+    imported = [t["ansible.builtin.import_role"] for t in fabric["tasks"]]
+    assert [(r["name"], r["tasks_from"]) for r in imported] == [("verify", "prepare"), ("verify", "fabric")]
+    # before it the checks as the login user, after it the one report of both
+    i = node_plays.index(fabric)
+    assert [t["ansible.builtin.import_role"]["tasks_from"] for t in node_plays[i - 1]["tasks"]] == ["checks"]
+    assert [t["ansible.builtin.import_role"]["tasks_from"] for t in node_plays[i + 1]["tasks"]] == ["report"]
+    assert set(node_plays[i + 1]["tags"]) >= {"verify", "fabric"}
+    for name in ("checks.yml", "main.yml"):  # the login user's tasks never reach the fabric tasks
+        imports = [t.get("ansible.builtin.import_tasks") for t in yaml.safe_load((ROOT / "roles/verify/tasks" / name).read_text())]
+        assert "fabric.yml" not in imports, name

@@ -38,6 +38,8 @@ BINDS: dict[str, dict[str, str]] = {
     "api": {"flag": "--host", "who": "clients of the API (any address llmb_api_host allows)"},
     "ray-dashboard": {"flag": "--dashboard-host", "who": "operators on the cluster network"},
     "dp-rpc": {"flag": "--data-parallel-address", "who": "the DP ranks of the other nodes"},
+    # SGLang binds its bootstrap server to --host (sglang 0.5.5 managers/disagg_service.py)
+    "disaggregation-bootstrap": {"flag": "--host", "who": "the decode group's ranks (the KV transfer's bootstrap)"},
     "sshd": {"node": "ListenAddress in <llmb_ssh_mesh_dir>/sshd_config (ssh_mesh role)",
              "who": "mpirun from the other nodes' engine containers (cluster key only)"},
     "ray-gcs": {"any": "Ray's gRPC servers bind every interface (src/ray/rpc/grpc_server.cc); Ray has no "
@@ -129,6 +131,8 @@ def connect(address: str, port: int, timeout: float) -> str | None:
     try:
         with socket.create_connection((address, port), timeout=timeout):
             return None
+    except ConnectionResetError:  # a listener accepted and reset it (the stand-ins do): the port answers
+        return None
     except TimeoutError:
         return f"no answer within {timeout:g} s (dropped by a firewall, or the address is not reachable)"
     except OSError as exc:

@@ -430,6 +430,45 @@ def failures(source: str, results: list[dict]) -> list[str]:
     return out
 
 
+_HOSTNAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,62})(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,62}))*")
+
+
+def mpirun_hosts(targets: list[dict], slots, launcher_hostname: str) -> str:
+    """mpirun's -H list for a launch from the first target: `name:slots,...` in the targets' order.
+
+    The first node (where mpirun runs) is named by its own host name (`hostname` there), every other
+    node by its cluster address. Open MPI 5 (PRRTE) counts no slot for the launching node when -H
+    names it by one of its IP addresses ("not enough slots", openpmix/prrte#2258; Open MPI 4 matched
+    it); its own host name always matches. `slots`: one count for every node, or one per node.
+    Raises MeshError naming what is wrong.
+    """
+    nodes = list(targets or [])
+    if not nodes:
+        raise MeshError("mpirun host list: no nodes")
+    counts = [slots] * len(nodes) if isinstance(slots, (int, str)) else list(slots)
+    if len(counts) != len(nodes):
+        raise MeshError(f"mpirun host list: {len(counts)} slot counts for {len(nodes)} nodes")
+    name = str(launcher_hostname or "").strip()
+    if not _HOSTNAME.fullmatch(name) or len(name) > 253:
+        raise MeshError(f"mpirun host list: the launcher {nodes[0].get('name')}'s host name is {name!r}, "
+                        "expected an RFC 1123 host name (what `hostname` prints there)")
+    out = []
+    for i, node in enumerate(nodes):  # (no zip(strict=): this module also runs on nodes' Python 3.8+)
+        count = counts[i]
+        try:
+            n = int(count)
+        except (TypeError, ValueError):
+            n = 0
+        if isinstance(count, bool) or n < 1 or str(n) != str(count).strip():
+            raise MeshError(f"mpirun host list: {node.get('name')}: slots {count!r}, expected a whole number >= 1")
+        host = name if i == 0 else str(node.get("address") or "")
+        if i and not is_address(host) and not _HOSTNAME.fullmatch(host):
+            raise MeshError(f"mpirun host list: {node.get('name')}: address {host!r}, expected an IP address "
+                            "or a host name")
+        out.append(f"{host}:{n}")
+    return ",".join(out)
+
+
 def mpirun_hostnames(stdout: str) -> list[str]:
     """Host names printed by `mpirun ... hostname`, sorted (Open MPI's warnings left out)."""
     return sorted(ln.strip() for ln in (stdout or "").splitlines()

@@ -374,3 +374,35 @@ def test_failures_say_why_the_pair_is_checked():
     r = pair("n3", False, "timed out")
     r["role"] = "launcher"
     assert "n1 -> n3 (10.0.0.3:22) [mpirun launcher to node]: SSH" in sshmesh.failures("n1", [r])[0]
+
+
+TARGETS = [{"name": "n1", "address": "10.0.0.11"}, {"name": "n2", "address": "10.0.0.12"},
+           {"name": "n3", "address": "10.0.0.13"}]
+
+
+def test_mpirun_hosts_names_the_launcher_by_its_host_name_and_keeps_the_order():
+    """Open MPI 5 gives no slot to the launching node named by its IP (openpmix/prrte#2258)."""
+    assert sshmesh.mpirun_hosts(TARGETS, 1, "gpu-01") == "gpu-01:1,10.0.0.12:1,10.0.0.13:1"
+    assert sshmesh.mpirun_hosts(TARGETS, [8, 8, 4], "gpu-01.example.com") == \
+        "gpu-01.example.com:8,10.0.0.12:8,10.0.0.13:4"
+    assert sshmesh.mpirun_hosts(TARGETS[:1], "8", "solo") == "solo:8"
+    assert sshmesh.mpirun_hosts(iter(TARGETS[:2]), (n for n in (2, 3)), "a") == "a:2,10.0.0.12:3"
+
+
+@pytest.mark.parametrize(
+    "targets, slots, name, message",
+    [
+        ([], 1, "gpu-01", "no nodes"),
+        (TARGETS, [8, 8], "gpu-01", "2 slot counts for 3 nodes"),
+        (TARGETS, 1, "", "the launcher n1's host name is '', expected an RFC 1123 host name"),
+        (TARGETS, 1, "gpu 01; rm -rf /", "the launcher n1's host name is 'gpu 01; rm -rf /'"),
+        (TARGETS, [8, 0, 8], "gpu-01", "n2: slots 0, expected a whole number >= 1"),
+        (TARGETS, [8, "x", 8], "gpu-01", "n2: slots 'x'"),
+        (TARGETS, [8, 8, True], "gpu-01", "n3: slots True"),
+        ([TARGETS[0], {"name": "n2", "address": "10.0.0.12,evil:9"}], 1, "gpu-01", "n2: address '10.0.0.12,evil:9'"),
+    ],
+)
+def test_mpirun_hosts_refuses_bad_input_naming_the_node(targets, slots, name, message):
+    with pytest.raises(sshmesh.MeshError) as err:
+        sshmesh.mpirun_hosts(targets, slots, name)
+    assert message in str(err.value)

@@ -3,6 +3,7 @@ print the real 2x H200 captures (../shared/fixtures/real/h200x2)."""
 
 import json
 import os
+import socket
 import stat
 import subprocess
 import sys
@@ -88,8 +89,10 @@ def test_two_hosts_fail_once_listing_both(stub_path, tmp_path):
 
 
 def test_check_mode_runs_the_same_read_only_probe(stub_path, tmp_path):
-    r = play(stub_path, "--check", "-i", "localhost,", "-c", "local", "-e", "llmb_platform=h200-x2",
+    r = play(stub_path, "--check", "-v", "-i", "localhost,", "-c", "local", "-e", "llmb_platform=h200-x2",
              "-e", f"llmb_artifacts_dir={tmp_path}")
     assert r.returncode == 0, r.stdout[-3000:]
     assert "changed=0" in r.stdout
+    # the registered result names the node's own host name (the fabric's mpirun -H names its launcher by it)
+    assert f"node_hostname: {socket.gethostname()}" in r.stdout
     assert json.loads((tmp_path / "verify" / "localhost.json").read_text())["ok"] is True

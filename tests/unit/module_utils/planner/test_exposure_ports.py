@@ -295,3 +295,19 @@ def test_a_port_with_only_time_wait_connections_gets_a_stand_in(tmp_path):
         assert [o["port"] for o in out["opened"]] == [port] and not out["taken"], out
     finally:
         ports.stop_listeners(pidfile)
+
+
+def test_a_connection_reset_after_the_handshake_counts_as_reached(monkeypatch):
+    """The stand-in resets what it accepts; on a loaded node the reset can reach the prober before its
+    connect() returns (ECONNRESET): the port answered. A refusal (RST to the SYN) stays a failure."""
+    def reset(*_a, **_k):
+        raise ConnectionResetError(104, "Connection reset by peer")
+
+    monkeypatch.setattr(ports.socket, "create_connection", reset)
+    assert ports.connect("192.0.2.1", 8000, 1) is None
+
+    def refused(*_a, **_k):
+        raise ConnectionRefusedError(111, "Connection refused")
+
+    monkeypatch.setattr(ports.socket, "create_connection", refused)
+    assert ports.connect("192.0.2.1", 8000, 1).startswith("connection refused")
