@@ -237,6 +237,9 @@ def hold_listeners(own: list[dict[str, Any]], hold_s: float, pidfile: str, state
         live = lst.get("kind") in ("systemd", "mpirun") and state(lst["service"]) in (
             "active", "activating", "reloading", "deactivating")
         s = socket.socket(socket.AF_INET6 if ":" in lst["address"] else socket.AF_INET, socket.SOCK_STREAM)
+        # as the services bind: connections they closed first (TIME_WAIT, a minute) do not make the
+        # port look taken; a socket that listens there still does (EADDRINUSE)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((lst["address"], lst["port"]))
             s.listen(64)

@@ -54,3 +54,19 @@ def test_known_hosts_for_container_port_as_string():
     nodes = [{"names": ["n1"], "host_key": "ssh-ed25519 AAAA1", "sshd_host_key": "ssh-ed25519 AAAA2"}]
     assert F["llmb_ssh_known_hosts_for"](nodes, "22", "2233") == "n1 ssh-ed25519 AAAA1\n[n1]:2233 ssh-ed25519 AAAA2\n"
     assert F["llmb_ssh_known_hosts_for"](nodes, 22, None) == "n1 ssh-ed25519 AAAA1\n"
+
+
+def test_mesh_stale_reads_each_nodes_slurped_host_key():
+    import base64
+
+    key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHh8m0YbqLkZ1gXoJq3sVvLr0fJm2P6dQm0xq3a1b2c3"
+    new = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFRlcGxhY2VkUmVwbGFjZWRSZXBsYWNlZFJlcGxhY2Vk"
+    known = f"# mesh\nn1,10.0.0.11 {key}\nn2,10.0.0.12 {key}\n"
+    hv = {"n1": {"k": {"content": base64.b64encode(f"{key} root@n1\n".encode()).decode()}},
+          "n2": {"k": {"content": base64.b64encode(f"{new} root@n2\n".encode()).decode()}}}
+    targets = [{"name": "n1", "address": "10.0.0.11"}, {"name": "n2", "address": "10.0.0.12"}]
+    assert F["llmb_ssh_mesh_stale"](hv, targets, known, "k") == [
+        "n2 (10.0.0.12): its host key changed since the mesh pinned it"]
+    assert F["llmb_ssh_mesh_stale"](hv, targets[:1], known, "k", 22) == []
+    assert F["llmb_ssh_mesh_stale"]({"n1": {}}, targets[:1], known, "k") == [
+        "n1 (10.0.0.11): its host key could not be read"]
