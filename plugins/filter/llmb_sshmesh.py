@@ -15,10 +15,12 @@
     bad:  "{{ listeners | llmb_ssh_port_conflict(config_path) }}"
     names: "{{ stdout | llmb_mpirun_hostnames }}"
     hosts: "{{ nodes | llmb_mpirun_hosts(slots, launcher_hostname) }}"            # node0's name:1,addr:1
+    stale: "{{ hostvars | llmb_ssh_mesh_stale(nodes, known_hosts_text, '__slurped_host_key', 22) }}"  # [lines]
 """
 
 from __future__ import annotations
 
+import base64
 import sys
 from pathlib import Path
 
@@ -124,6 +126,20 @@ def llmb_mpirun_hostnames(stdout):
     return sshmesh.mpirun_hostnames(str(stdout or ""))
 
 
+def llmb_ssh_mesh_stale(hostvars, targets, known_hosts, register_name, port=22):
+    """The nodes [{name, address}] whose host key (each node's registered slurp of its public host key)
+    the mesh's known_hosts text does not pin for their address: one line each (llmb.sshmesh)."""
+    nodes = []
+    for t in targets or []:
+        reg = hostvars[t["name"]].get(register_name) or {}
+        try:
+            key = base64.b64decode(reg.get("content") or "").decode()
+        except (ValueError, UnicodeDecodeError):
+            key = ""
+        nodes.append({"name": t["name"], "address": t["address"], "host_key": key})
+    return sshmesh.stale_known_hosts(str(known_hosts or ""), nodes, int(port))
+
+
 def llmb_mpirun_hosts(targets, slots, launcher_hostname):
     """mpirun's -H list from the first target: that node by its host name, the others by address."""
     return sshmesh.mpirun_hosts(list(targets or []), slots, str(launcher_hostname or ""))
@@ -149,6 +165,7 @@ class FilterModule:
                 llmb_ssh_port_conflict,
                 llmb_mpirun_hostnames,
                 llmb_mpirun_hosts,
+                llmb_ssh_mesh_stale,
             ),
             sshmesh.MeshError, AnsibleFilterError, "ssh_mesh: ",
         )

@@ -156,6 +156,33 @@ def known_hosts_for_nodes(nodes: list[dict], port: int = 22, container_port: int
     return known_hosts_text(entries, header)
 
 
+def stale_known_hosts(known_hosts: str, nodes: list[dict], port: int = 22) -> list[str]:
+    """Nodes the mesh's known_hosts no longer matches: [{'name', 'address', 'host_key'}] -> one line
+    per node whose current host key is not pinned for its address on `port` (a node reinstalled or
+    replaced since stage 4 wrote the file: ssh with StrictHostKeyChecking would refuse it)."""
+    pinned: dict[str, set[tuple[str, str]]] = {}
+    for line in (known_hosts or "").splitlines():
+        parts = line.strip().split()
+        if len(parts) < 3 or parts[0].startswith(("#", "@", "|")):
+            continue
+        for pat in parts[0].split(","):
+            pinned.setdefault(pat, set()).add((parts[1], parts[2]))
+    out = []
+    for n in nodes or []:
+        name, address = str(n.get("name") or "?"), str(n.get("address") or "")
+        (pat,) = host_patterns([address], port) or [""]
+        try:
+            ktype, blob, _ = parse_public_key(str(n.get("host_key") or ""))
+        except MeshError:
+            out.append(f"{name} ({address}): its host key could not be read")
+            continue
+        if not pat or pat not in pinned:
+            out.append(f"{name} ({address}): not in the mesh's known_hosts")
+        elif (ktype, blob) not in pinned[pat]:
+            out.append(f"{name} ({address}): its host key changed since the mesh pinned it")
+    return out
+
+
 # --------------------------------------------------------------------------- listeners (node side)
 
 def parse_proc_net_tcp(text: str) -> list[tuple[int, int]]:

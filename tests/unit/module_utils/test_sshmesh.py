@@ -406,3 +406,24 @@ def test_mpirun_hosts_refuses_bad_input_naming_the_node(targets, slots, name, me
     with pytest.raises(sshmesh.MeshError) as err:
         sshmesh.mpirun_hosts(targets, slots, name)
     assert message in str(err.value)
+
+
+def test_stale_known_hosts_names_the_node_whose_key_changed():
+    """verify's fabric: the mesh pinned the host keys at stage 4; a node reinstalled since presents
+    another key, and mpirun over the mesh would fail on it ('REMOTE HOST IDENTIFICATION HAS CHANGED')."""
+    text = sshmesh.known_hosts_for_nodes(
+        [{"names": ["n1", "gpu-01", "10.0.0.11"], "host_key": KEY, "sshd_host_key": KEY},
+         {"names": ["n2", "10.0.0.12"], "host_key": KEY, "sshd_host_key": KEY}],
+        22, 2233)
+    nodes = [{"name": "n1", "address": "10.0.0.11", "host_key": KEY},
+             {"name": "n2", "address": "10.0.0.12", "host_key": KEY}]
+    assert sshmesh.stale_known_hosts(text, nodes) == []
+    assert sshmesh.stale_known_hosts(text, nodes, 2233) == []  # [addr]:2233 pinned too (same key here)
+    other = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFRlcGxhY2VkUmVwbGFjZWRSZXBsYWNlZFJlcGxhY2Vk root@n2"
+    changed = [nodes[0], dict(nodes[1], host_key=other)]
+    assert sshmesh.stale_known_hosts(text, changed) == ["n2 (10.0.0.12): its host key changed since the mesh pinned it"]
+    assert sshmesh.stale_known_hosts(text, [*nodes, {"name": "n3", "address": "10.0.0.13", "host_key": KEY}]) == [
+        "n3 (10.0.0.13): not in the mesh's known_hosts"]
+    assert sshmesh.stale_known_hosts(text, [dict(nodes[0], host_key="")]) == [
+        "n1 (10.0.0.11): its host key could not be read"]
+    assert sshmesh.stale_known_hosts("", nodes[:1], 22) == ["n1 (10.0.0.11): not in the mesh's known_hosts"]

@@ -311,3 +311,26 @@ def test_a_connection_reset_after_the_handshake_counts_as_reached(monkeypatch):
 
     monkeypatch.setattr(ports.socket, "create_connection", refused)
     assert ports.connect("192.0.2.1", 8000, 1).startswith("connection refused")
+
+
+def test_time_wait_left_by_the_services_own_connections_is_not_a_taken_port(tmp_path):
+    """A served port keeps closed connections in TIME_WAIT for a minute (an HTTP server closes first);
+    a later run whose service is down (restarting) must still get its stand-in there, as the service
+    itself would bind it (SO_REUSEADDR), not report the port taken by 'a process this check cannot see'."""
+    srv = socket.socket()
+    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)
+    port = srv.getsockname()[1]
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as c:
+        conn, _ = srv.accept()
+        conn.close()  # the server side closes first: its end goes to TIME_WAIT
+        assert c.recv(1) == b""
+    srv.close()
+    pidfile = str(tmp_path / "pid")
+    out = ports.hold_listeners([_lst(port)], 30, pidfile)
+    try:
+        assert not out["taken"], out["taken"]
+        assert [o["port"] for o in out["opened"]] == [port]
+    finally:
+        ports.stop_listeners(pidfile)

@@ -66,3 +66,19 @@ def test_my_targets_follow_the_pairs_and_carry_the_role():
     assert [t["name"] for t in F["llmb_ssh_mesh_my_targets"](targets, allp, "n2")] == ["n1", "n3"]
     with pytest.raises(AnsibleFilterError, match="ssh_mesh: .*ssh_mesh_check_pairs"):
         F["llmb_ssh_mesh_pairs"](["n1"], "ring")
+
+
+def test_mesh_stale_reads_each_nodes_slurped_host_key():
+    import base64
+
+    key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHh8m0YbqLkZ1gXoJq3sVvLr0fJm2P6dQm0xq3a1b2c3"
+    new = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFRlcGxhY2VkUmVwbGFjZWRSZXBsYWNlZFJlcGxhY2Vk"
+    known = f"# mesh\nn1,10.0.0.11 {key}\nn2,10.0.0.12 {key}\n"
+    hv = {"n1": {"k": {"content": base64.b64encode(f"{key} root@n1\n".encode()).decode()}},
+          "n2": {"k": {"content": base64.b64encode(f"{new} root@n2\n".encode()).decode()}}}
+    targets = [{"name": "n1", "address": "10.0.0.11"}, {"name": "n2", "address": "10.0.0.12"}]
+    assert F["llmb_ssh_mesh_stale"](hv, targets, known, "k") == [
+        "n2 (10.0.0.12): its host key changed since the mesh pinned it"]
+    assert F["llmb_ssh_mesh_stale"](hv, targets[:1], known, "k", 22) == []
+    assert F["llmb_ssh_mesh_stale"]({"n1": {}}, targets[:1], known, "k") == [
+        "n1 (10.0.0.11): its host key could not be read"]
