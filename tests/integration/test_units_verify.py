@@ -34,7 +34,9 @@ RUN_TIMEOUT_S = 30
 DUMP = "/run/llmb-dump"
 STUB = f"""#!/bin/sh
 # records the argv and environment systemd started it with, under {DUMP}/<unit>/<pid>.*
-u=$(sed -n 's#.*/##p' /proc/self/cgroup | head -n1)
+# the unit: the name=systemd hierarchy's last component (cgroup v1), else the unified one's (v2)
+u=$(sed -n 's#^[0-9]*:name=systemd:.*/##p' /proc/self/cgroup | head -n1)
+[ -n "$u" ] || u=$(sed -n 's#^0::.*/##p' /proc/self/cgroup | head -n1)
 d={DUMP}/$u
 mkdir -p "$d"
 cat /proc/$$/environ > "$d/$$.environ"
