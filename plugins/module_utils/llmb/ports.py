@@ -131,13 +131,11 @@ def connect(address: str, port: int, timeout: float) -> str | None:
     try:
         with socket.create_connection((address, port), timeout=timeout):
             return None
-    except ConnectionResetError:  # a listener accepted and reset it (the stand-ins do): the port answers
+    except (ConnectionResetError, BrokenPipeError):  # it opened, then the listener reset it (the stand-ins do)
         return None
     except TimeoutError:
         return f"no answer within {timeout:g} s (dropped by a firewall, or the address is not reachable)"
     except OSError as exc:
-        if exc.errno in (errno.ECONNRESET, errno.EPIPE):  # it opened, then the listener reset it
-            return None
         if exc.errno == errno.ECONNREFUSED:
             return "connection refused (nothing listens there, or a firewall rejects it)"
         if exc.errno == errno.EHOSTUNREACH:
