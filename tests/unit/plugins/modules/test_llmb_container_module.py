@@ -14,6 +14,7 @@ import llmb.container
 import pytest
 from ansible.module_utils import basic
 from ansible.module_utils.common.text.converters import to_bytes
+from module_runner import run_module as _run_module  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[4]
 sys.modules.setdefault("ansible.module_utils.llmb", llmb)
@@ -24,14 +25,7 @@ DIGEST = "sha256:" + "5" * 64
 
 
 def run_module(args: dict, monkeypatch, capsys) -> dict:
-    spec = importlib.util.spec_from_file_location("llmb_container", ROOT / "plugins" / "modules" / "llmb_container.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    monkeypatch.setattr(basic, "_ANSIBLE_ARGS", to_bytes(json.dumps({"ANSIBLE_MODULE_ARGS": args})))
-    monkeypatch.setattr(basic, "_ANSIBLE_PROFILE", "legacy", raising=False)
-    with pytest.raises(SystemExit):
-        mod.main()
-    return json.loads(capsys.readouterr().out)
+    return _run_module("llmb_container", args, monkeypatch, capsys)
 
 
 @pytest.fixture

@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-import importlib.util
-import json
 import socket
 import subprocess
 import sys
@@ -13,23 +11,13 @@ from pathlib import Path
 import llmb
 import llmb.sshmesh
 import pytest
-from ansible.module_utils import basic
-from ansible.module_utils.common.text.converters import to_bytes
 
 ROOT = Path(__file__).resolve().parents[4]
 sys.modules.setdefault("ansible.module_utils.llmb", llmb)
 sys.modules.setdefault("ansible.module_utils.llmb.sshmesh", llmb.sshmesh)
 
 
-def run_module(name: str, args: dict, monkeypatch, capsys) -> dict:
-    spec = importlib.util.spec_from_file_location(name, ROOT / "plugins" / "modules" / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    monkeypatch.setattr(basic, "_ANSIBLE_ARGS", to_bytes(json.dumps({"ANSIBLE_MODULE_ARGS": args})))
-    monkeypatch.setattr(basic, "_ANSIBLE_PROFILE", "legacy", raising=False)
-    with pytest.raises(SystemExit):
-        mod.main()
-    return json.loads(capsys.readouterr().out)
+from module_runner import run_module  # noqa: E402
 
 
 @pytest.fixture

@@ -5,7 +5,6 @@ returned (fail_on_gate: false) or fails the module."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -13,10 +12,9 @@ from pathlib import Path
 import llmb
 import llmb.bench
 import pytest
-from ansible.module_utils import basic
-from ansible.module_utils.common.text.converters import to_bytes
 from enginesim.api import ApiConfig, ApiServer
 from enginesim.runtime import Log
+from module_runner import run_module as _run_module  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[4]
 sys.modules.setdefault("ansible.module_utils.llmb", llmb)
@@ -25,14 +23,7 @@ KEY = "sk-module-bench-5"
 
 
 def run_module(args: dict, monkeypatch, capsys) -> dict:
-    spec = importlib.util.spec_from_file_location("llmb_vllm_bench", ROOT / "plugins/modules/llmb_vllm_bench.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    monkeypatch.setattr(basic, "_ANSIBLE_ARGS", to_bytes(json.dumps({"ANSIBLE_MODULE_ARGS": args})))
-    monkeypatch.setattr(basic, "_ANSIBLE_PROFILE", "legacy", raising=False)
-    with pytest.raises(SystemExit):
-        mod.main()
-    return json.loads(capsys.readouterr().out.strip().splitlines()[-1])  # after the API access log
+    return _run_module("llmb_vllm_bench", args, monkeypatch, capsys, last_line=True)  # after the API access log
 
 
 @pytest.fixture()
