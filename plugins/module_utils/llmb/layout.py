@@ -17,6 +17,8 @@ OPT_DIR = "/opt/llmb"
 STATE_DIR = "/var/lib/llmb"
 RUN_DIR = "/run/llmb"
 SSH_MESH_DIR = ETC_DIR + "/ssh-mesh"
+# the listener-confining preload (roles/serve/files/llmb-bindto.c, built on each node by the serve role)
+BINDTO = OPT_DIR + "/lib/llmb-bindto.so"
 
 
 def engine_venv(engine: str, version: str, override: Any | None = None) -> str:
@@ -36,5 +38,6 @@ def node_dirs(ssh_mesh: Any | None = None, config: Any | None = None) -> dict[st
         "ssh_mesh": str(ssh_mesh or SSH_MESH_DIR),
         "tools": OPT_DIR + "/tools",
         "uv": OPT_DIR + "/uv",
+        "bindto": BINDTO,
         "weights_token": RUN_DIR + "/weights",
     }

@@ -3,9 +3,11 @@
 Every port comes from the launch plan (``services[].ports`` of each host's entry in the deployment
 document); nothing here derives a port again. What this module adds is the one table of how each
 purpose of port is bound (``BINDS``): by a flag of the service's own argv (its value is the bind
-address), by the ssh_mesh stage's sshd_config (``ListenAddress``, the node's cluster address), or by
-the engine itself on every interface where it has no option (Ray's gRPC servers, the torch.distributed
-store): those are listed with the reason, for docs/ports.md and the firewall.
+address), by the ssh_mesh stage's sshd_config (``ListenAddress``, the node's cluster address), or, where
+the engine binds every interface and has no option (Ray's GCS, the torch.distributed store), by the
+llmb-bindto preload the planner gives the service (``LLMB_BIND_ADDRESS`` / ``LLMB_BIND_PORTS`` in its
+env, roles/serve/files/llmb-bindto.c); with ``llmb_confine_listeners: false`` those stay on every
+interface, listed with the reason for docs/ports.md and the firewall.
 
 The port check (serve role, before any service starts) uses:
 - ``own_listeners(doc, host)``: what this host will listen on (a brief stand-in listener is opened
@@ -32,8 +34,9 @@ from .procnet import TCP_LISTEN, addr, read_tables, rows, socket_inodes
 ANY = ("0.0.0.0", "::", "")
 
 # purpose of a plan port -> how its listener is bound. "flag": the argv flag whose value is the bind
-# address; "node": the node's cluster address (set outside argv, named by "by"); "any": every
-# interface, the engine has no option ("by" says why). The API may bind 0.0.0.0 (llmb_api_host).
+# address; "node": the node's cluster address (set outside argv, "node" says where); "preload": the
+# engine binds every interface with no option ("preload" says why), so the planner confines it with
+# the llmb-bindto preload (PRELOAD_ENV in the service's env). The API may bind 0.0.0.0 (llmb_api_host).
 BINDS: dict[str, dict[str, str]] = {
     "api": {"flag": "--host", "who": "clients of the API (any address llmb_api_host allows)"},
     "ray-dashboard": {"flag": "--dashboard-host", "who": "operators on the cluster network"},
@@ -42,11 +45,28 @@ BINDS: dict[str, dict[str, str]] = {
     "disaggregation-bootstrap": {"flag": "--host", "who": "the decode group's ranks (the KV transfer's bootstrap)"},
     "sshd": {"node": "ListenAddress in <llmb_ssh_mesh_dir>/sshd_config (ssh_mesh role)",
              "who": "mpirun from the other nodes' engine containers (cluster key only)"},
-    "ray-gcs": {"any": "Ray's gRPC servers bind every interface (src/ray/rpc/grpc_server.cc); Ray has no "
-                       "bind option", "who": "the Ray workers and vLLM on the other nodes"},
-    "dist-init": {"any": "the torch.distributed TCPStore of node rank 0 listens on every interface",
-                  "who": "the SGLang ranks of the other nodes"},
+    "ray-gcs": {"preload": "Ray's GCS binds every interface and Ray has no bind option (gcs_server listens on "
+                           "*:<port> with Ray 2.51.1 and 2.60.0)", "who": "the Ray workers and vLLM on the other nodes"},
+    "dist-init": {"preload": "the torch.distributed TCPStore of node rank 0 binds every interface and has no "
+                             "bind option", "who": "the SGLang ranks of the other nodes"},
 }
+
+# the service env the planner sets for a "preload" listener (planner/exposure.py: confine_listeners)
+PRELOAD_NAME = "llmb-bindto"
+BIND_ADDRESS_ENV = "LLMB_BIND_ADDRESS"
+BIND_PORTS_ENV = "LLMB_BIND_PORTS"
+
+
+def preload_ports(env: dict[str, Any] | None) -> set[int]:
+    """The ports the llmb-bindto preload confines in a service's env (empty when it is not loaded)."""
+    env = env or {}
+    if PRELOAD_NAME not in str(env.get("LD_PRELOAD") or "") or not env.get(BIND_ADDRESS_ENV):
+        return set()
+    out = set()
+    for tok in str(env.get(BIND_PORTS_ENV) or "").split(","):
+        if tok.strip().isdigit():
+            out.add(int(tok))
+    return out
 
 
 class PortsError(ValueError):
@@ -65,8 +85,8 @@ def flag_value(argv: list[str], flag: str) -> str | None:
     return out
 
 
-def bind_of(svc: dict[str, Any], purpose: str, address: str) -> tuple[str, str]:
-    """(bind address, how it is known) of one listener of a plan service on a node of `address`."""
+def bind_of(svc: dict[str, Any], purpose: str, address: str, port: int | None = None) -> tuple[str, str]:
+    """(bind address, how it is known) of one listener (`port`) of a plan service on a node of `address`."""
     rule = BINDS.get(purpose)
     if rule is None:
         raise PortsError(
@@ -81,7 +101,10 @@ def bind_of(svc: dict[str, Any], purpose: str, address: str) -> tuple[str, str]:
         return value, rule["flag"]
     if "node" in rule:
         return address, rule["node"]
-    return "0.0.0.0", rule["any"]
+    env = svc.get("env") or {}
+    if port is not None and int(port) in preload_ports(env):
+        return str(env[BIND_ADDRESS_ENV]), f"{PRELOAD_NAME} preload ({BIND_ADDRESS_ENV}): {rule['preload']}"
+    return "0.0.0.0", f"every interface (llmb_confine_listeners is off): {rule['preload']}"
 
 
 def listeners(doc: dict[str, Any]) -> list[dict[str, Any]]:
@@ -92,7 +115,7 @@ def listeners(doc: dict[str, Any]) -> list[dict[str, Any]]:
         address = entry.get("address") or plan.get("address")
         for svc in plan.get("services") or []:
             for p in svc.get("ports") or []:
-                bind, how = bind_of(svc, p["purpose"], address)
+                bind, how = bind_of(svc, p["purpose"], address, int(p["port"]))
                 out.append({
                     "host": host, "address": address, "service": svc["name"], "kind": svc.get("kind"),
                     "purpose": p["purpose"], "port": int(p["port"]), "bind": bind, "how": how,

@@ -14,6 +14,7 @@ from ..catalog import Catalog
 from . import topology
 from .context import Context, resolve
 from .engines import ENGINES, engine_for_vendor
+from .exposure import confine_listeners
 from .inventory import read_deployment
 from .model import HostPlan, PlanError, Problem
 from .validation import check_engine, check_plan, check_topology
@@ -75,6 +76,7 @@ def plan_inventory(
     ea, arg_problems = engine.engine_args(ctx, topo)
     problems += arg_problems
     hosts = engine.services(ctx, topo, ea)
+    confine_listeners(ctx, hosts)
     problems += check_plan(ctx, topo, ea.values, hosts)
     if problems:
         raise PlanError(problems, source)

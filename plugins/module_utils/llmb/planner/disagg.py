@@ -26,6 +26,7 @@ import dataclasses
 from typing import Any
 
 from . import memory
+from .exposure import confine_listeners
 from .inventory import GROUP, Deployment, Knob, Node, check_value
 from .model import HostPlan, PlanError, Problem
 from .topology import EVEN_SPLIT, Topology
@@ -376,6 +377,7 @@ def plan(ctx: Any, engine: Any, problems: list[Problem], source: str) -> Any:
     ordered = [plans[n.name] for n in ctx.dep.nodes if n.name in plans]
     for i, hp in enumerate(ordered):
         hp.rank = i
+    confine_listeners(ctx, ordered)
     problems += check_model(ctx, prefill.args.values)
     problems += check_image(ctx)
     problems += check_ports(ctx, ordered)

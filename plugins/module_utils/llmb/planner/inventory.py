@@ -189,6 +189,14 @@ KNOBS: tuple[Knob, ...] = (
         "API key clients send as a Bearer token (vault it); the engine reads it from its 0600 env file",
         needs_plain=False,
     ),
+    Knob(
+        "llmb_confine_listeners",
+        "bool",
+        True,
+        "bind the listeners an engine puts on every interface with no option to choose (Ray's GCS, the "
+        "torch.distributed store of SGLang's --dist-init-addr) to the node's cluster address, through the "
+        "llmb-bindto preload the serve role builds (docs/ports.md); false leaves them on every interface",
+    ),
     _port("llmb_api_port", 8000, "OpenAI API port"),
     _port("llmb_ray_port", 6379, "Ray GCS port on the head (Ray mode)"),
     _port("llmb_ray_dashboard_port", 8265, "Ray dashboard port on the head (Ray mode)"),

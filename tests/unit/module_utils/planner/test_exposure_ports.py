@@ -1,6 +1,7 @@
 """Closed by default, over every sample inventory's plan: no listener binds every interface apart from
-the API (and the two the engines give no bind option, each named with its reason); the API key's
-variable (never its value) reaches the plan; the port check's targets are the other hosts' plan ports."""
+the API (the two an engine binds everywhere with no option, Ray's GCS and the torch.distributed store,
+are confined by the llmb-bindto preload); the API key's variable (never its value) reaches the plan;
+the port check's targets are the other hosts' plan ports."""
 
 from __future__ import annotations
 
@@ -10,13 +11,17 @@ from pathlib import Path
 
 import pytest
 from llmb import deployment as D
-from llmb import ports
+from llmb import layout, ports
 from llmb.planner import PlanError, plan_inventory
 from planner_helpers import load_inventory
 from test_planner_data import SAMPLES
 
-# listeners whose engine binds every interface and offers no option (docs/ports.md says so)
-UNBINDABLE = {"ray-gcs", "dist-init"}
+# the listeners an engine binds to every interface with no option: confined by the preload
+PRELOADED = {p for p, rule in ports.BINDS.items() if "preload" in rule}
+
+
+def test_the_engines_without_a_bind_option_are_the_ray_gcs_and_the_torch_store():
+    assert PRELOADED == {"ray-gcs", "dist-init"}
 
 
 @pytest.mark.parametrize("name", SAMPLES)
@@ -26,13 +31,58 @@ def test_no_listener_of_a_sample_plan_binds_every_interface_apart_from_the_api(n
     found = ports.listeners(doc)
     assert found, name
     for lst in found:
-        if lst["purpose"] == "api" or lst["purpose"] in UNBINDABLE:
+        if lst["purpose"] == "api":
             continue
         assert lst["bind"] not in ports.ANY, lst
         assert lst["bind"] == lst["address"], lst  # the node's own cluster address
-    for lst in found:
-        if lst["purpose"] in UNBINDABLE:
-            assert "every interface" in ports.BINDS[lst["purpose"]]["any"] and lst["bind"] == "0.0.0.0"
+        if lst["purpose"] in PRELOADED:
+            assert lst["how"].startswith("llmb-bindto preload"), lst
+
+
+def _preloaded_services(doc):
+    for host, entry in doc["hosts"].items():
+        for svc in entry["plan"]["services"]:
+            if any(p["purpose"] in PRELOADED for p in svc.get("ports") or []):
+                yield host, entry, svc
+
+
+@pytest.mark.parametrize("name", ["h800", "h200-sglang", "h200-4p12d", "mi300x-2x8"])
+def test_a_preloaded_service_gets_the_library_its_address_and_only_its_unbindable_ports(name):
+    doc = D.resolve(*load_inventory(name))
+    found = list(_preloaded_services(doc))
+    assert found, name
+    for host, entry, svc in found:
+        env = svc["env"]
+        assert env["LD_PRELOAD"].split()[0] == layout.BINDTO
+        assert env["LLMB_BIND_ADDRESS"] == entry["address"]
+        want = sorted(p["port"] for p in svc["ports"] if p["purpose"] in PRELOADED)
+        assert env["LLMB_BIND_PORTS"] == ",".join(map(str, want))  # never the API's port
+        if svc["kind"] == "container":
+            assert f"{layout.BINDTO}:{layout.BINDTO}:ro" in svc["mounts"]
+    # services with no such listener run without it (workers, headless ranks)
+    others = [s for e in doc["hosts"].values() for s in e["plan"]["services"]
+              if not any(p["purpose"] in PRELOADED for p in s.get("ports") or [])]
+    assert others and all("LLMB_BIND_PORTS" not in (s.get("env") or {}) for s in others)
+
+
+def test_the_inventory_may_leave_them_on_every_interface_and_the_plan_says_why():
+    hostvars, groups = load_inventory("h800")
+    for hv in hostvars.values():
+        hv["llmb_confine_listeners"] = False
+    doc = D.resolve(hostvars, groups)
+    (gcs,) = [lst for lst in ports.listeners(doc) if lst["purpose"] == "ray-gcs"]
+    assert gcs["bind"] == "0.0.0.0"
+    assert "llmb_confine_listeners is off" in gcs["how"] and "no bind option" in gcs["how"]
+    assert not list(svc for _, _, svc in _preloaded_services(doc) if "LLMB_BIND_PORTS" in svc["env"])
+
+
+def test_an_ld_preload_of_the_inventory_stays_after_the_library():
+    hostvars, groups = load_inventory("h800")
+    for hv in hostvars.values():
+        hv["llmb_engine_env"] = {**(hv.get("llmb_engine_env") or {}), "LD_PRELOAD": "/usr/lib/libjemalloc.so.2"}
+    doc = D.resolve(hostvars, groups)
+    (_, _, svc), *_ = list(_preloaded_services(doc))
+    assert svc["env"]["LD_PRELOAD"] == f"{layout.BINDTO} /usr/lib/libjemalloc.so.2"
 
 
 def test_every_port_purpose_of_the_samples_is_in_the_docs():
