@@ -7,9 +7,9 @@ DOCUMENTATION = r"""
 module: llmb_bindto
 short_description: Build the preload that binds an engine's every-interface listeners to the cluster address
 description:
-  - Builds the library from I(source) with the node's C compiler, loads it into a child Python that binds
+  - "Builds the library from I(source) with the node's C compiler, loads it into a child Python that binds
     0.0.0.0 and :: on listed ports and must find both on 127.0.0.1, then renames it to I(dest) with a stamp
-    of the source beside it. The same source again changes nothing.
+    of the source beside it. The same source again changes nothing."
 options:
   source: {description: The library's C source (roles/serve/files/llmb-bindto.c)., type: str, required: true}
   dest: {description: Where the library goes (the plan's LD_PRELOAD path)., type: path, required: true}

@@ -38,6 +38,14 @@ def test_site_converges_all_stages(cluster):
         assert stage in report["stages"], f"no {stage} results in {run_dirs[-1]}"
     assert report["endpoint"] == f"http://{cluster.ip('node1')}:8000/v1"
     assert "kimi-k2-sim" in report["smoke_answer"]
+    # Ray's GCS binds every interface; the llmb-bindto preload the serve role built keeps it on the
+    # head's cluster address: listening there only, and refused on the head's loopback
+    head = cluster.ip("node1")
+    ss = cluster.node("node1", "ss", "-Hltn", "sport = :6379").stdout.split()
+    assert ss[3:4] in ([f"{head}:6379"], [f"[::ffff:{head}]:6379"]), ss
+    probe = "import socket,sys\ntry: socket.create_connection((sys.argv[1], 6379), 3); print('open')\nexcept OSError as e: print(e.errno)"
+    assert cluster.node("node1", "python3", "-c", probe, "127.0.0.1").stdout.split() == ["111"]  # refused
+    assert cluster.node("node1", "python3", "-c", probe, head).stdout.split() == ["open"]
 
 
 def test_second_run_changes_nothing(cluster):

@@ -51,7 +51,7 @@ def test_a_preloaded_service_gets_the_library_its_address_and_only_its_unbindabl
     doc = D.resolve(*load_inventory(name))
     found = list(_preloaded_services(doc))
     assert found, name
-    for host, entry, svc in found:
+    for _host, entry, svc in found:
         env = svc["env"]
         assert env["LD_PRELOAD"].split()[0] == layout.BINDTO
         assert env["LLMB_BIND_ADDRESS"] == entry["address"]
