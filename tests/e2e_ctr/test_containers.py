@@ -178,6 +178,12 @@ def test_mi300x_converges(ctr):
         host_ip = _in(ctr, node, "kimi-K2", "printenv", "VLLM_HOST_IP").stdout.strip()
         assert host_ip == ctr.ip(node), f"{node}: VLLM_HOST_IP={host_ip!r}"
     assert f"{head}:6379" in " ".join(ctr.containers("node2")["kimi-K2"]["args"])
+    # the head container's GCS: on the head's cluster address only (the llmb-bindto preload, mounted
+    # read-only from the host's build), as the plan says
+    ss = ctr.node("node1", "ss", "-Hltn", "sport = :6379").stdout.split()
+    assert ss[3:4] in ([f"{head}:6379"], [f"[::ffff:{head}]:6379"]), ss
+    env = _in(ctr, "node1", "kimi-K2", "printenv", "LD_PRELOAD", "LLMB_BIND_ADDRESS", "LLMB_BIND_PORTS").stdout.split()
+    assert env == ["/opt/llmb/lib/llmb-bindto.so", head, "6379"], env
     status = _ray_status(ctr)
     assert status.count("node_") == 2, f"the Ray cluster is not head + worker:\n{status}"
     # vllm serve runs inside the head's container (docker exec from a systemd unit), TP8 x PP2 over Ray
