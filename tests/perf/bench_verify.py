@@ -98,13 +98,15 @@ def run_ssh(hosts: list[dict], cmds: list[str], one_script: bool) -> float:
     return dt
 
 
-def run_verify(inv: Path, platform: str, mitogen: bool, out: Path) -> float:
+def run_verify(inv: Path, platform: str, mitogen: bool, out: Path, *extra: str) -> float:
+    """Seconds of verify.yml (after an untimed ping that opens the control connections); `extra`:
+    more ansible-playbook arguments."""
     env = ansible_env(mitogen=mitogen)
     subprocess.run([str(ROOT / ".venv/bin/ansible"), "-i", str(inv), "accel_nodes", "-m", "ansible.builtin.ping"],
                    env=env, cwd=ROOT, capture_output=True, check=True)
     argv = [str(ROOT / ".venv/bin/ansible-playbook"), "-i", str(inv), "playbooks/verify.yml",
             "-e", f"llmb_platform={platform}", "-e", f"llmb_artifacts_dir={out}",
-            "-e", json.dumps({"verify_profile_overrides": OVERRIDES})]
+            "-e", json.dumps({"verify_profile_overrides": OVERRIDES}), *extra]
     t0 = time.perf_counter()
     p = subprocess.run(argv, env=env, cwd=ROOT, capture_output=True, text=True, check=False)
     dt = time.perf_counter() - t0
