@@ -55,7 +55,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "tests" / "perf"))
 sys.path.insert(0, str(ROOT / "plugins" / "module_utils"))
-from bench_verify import probe_commands, run_ssh, run_verify, ssh_args  # noqa: E402
+from bench_verify import NO_FABRIC, probe_commands, run_ssh, run_verify, ssh_args  # noqa: E402
 from llmb.sshmesh import failures, mesh_pairs, rotate, ssh_argv  # noqa: E402
 from perf_common import ansible_env, cluster, inventory_hosts  # noqa: E402
 
@@ -159,7 +159,7 @@ def measure(inv: Path, repeat: int, block: bool) -> tuple[dict[str, tuple[float,
         for i in range(repeat):
             runs.setdefault("verify limit", []).append(run_ssh(hosts, cmds, one_script=False))
             runs.setdefault("verify", []).append(
-                run_verify(inv, PROFILE, False, Path(tmp) / f"v{i}", "-e", "verify_fabric=never"))
+                run_verify(inv, PROFILE, False, Path(tmp) / f"v{i}", *NO_FABRIC))
             runs.setdefault("ssh_mesh limit", []).append(mesh_ssh_loop(hosts))
             runs.setdefault("ssh_mesh", []).append(
                 mesh_playbook(inv, key_dir, "--tags", "ssh_mesh_check", "-e", "ssh_mesh_check_mpirun=false"))
