@@ -39,9 +39,11 @@ def cluster(name: str, nodes: int, profile: str, keep: bool = False, extra: list
 
 
 def inventory_hosts(inv: Path) -> list[dict]:
-    """[{name, ip, key, known_hosts}] from an inventory written by sim-cluster."""
+    """[{name, ip, node_ip, key, known_hosts}] from an inventory written by sim-cluster (ip: the address
+    the controller reaches, node_ip: the cluster-network address the nodes reach each other at)."""
     data = json.loads("".join(line for line in inv.read_text().splitlines(keepends=True) if not line.startswith("#")))
     grp = data["all"]["children"]["accel_nodes"]
     key = grp["vars"]["ansible_ssh_private_key_file"]
     known = str(Path(key).parent / "known_hosts")
-    return [{"name": n, "ip": hv["ansible_host"], "key": key, "known_hosts": known} for n, hv in grp["hosts"].items()]
+    return [{"name": n, "ip": hv["ansible_host"], "node_ip": hv.get("llmb_node_ip", hv["ansible_host"]), "key": key,
+             "known_hosts": known} for n, hv in grp["hosts"].items()]

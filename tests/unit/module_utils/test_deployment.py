@@ -284,3 +284,43 @@ def test_llmb_run_id_names_the_run_of_verify_run_alone(tmp_path):
     result = json.loads((tmp_path / "run" / "verify" / "localhost.json").read_text())
     assert result["run_id"] == "unit-run-id", proc.stdout[-2000:]
     assert json.loads((tmp_path / "run" / "deployment.json").read_text())["run"]["id"] == "unit-run-id"
+
+
+def _stage_0(tmp_path, *args: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_LOCALHOST_WARNING="0")
+    env.pop("LLMB_RUN_ID", None)
+    return subprocess.run(
+        [str(Path(sys.executable).parent / "ansible-playbook"), "playbooks/_run.yml", "-e", "llmb_run_id=unit-stage0",
+         "-e", f"llmb_artifacts_dir={tmp_path / 'run'}", *args],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
+    )
+
+
+def test_stage_0_writes_the_document_then_refuses_a_stage_that_needs_the_plan(tmp_path):
+    """An inventory that cannot be planned: deployment.json is still written (the report reads it), and a
+    stage that needs the plan fails with the planner's report."""
+    proc = _stage_0(tmp_path, "-i", "localhost,", "-c", "local", "-e", "llmb_stage_needs_plan=weights")
+    assert proc.returncode != 0, proc.stdout[-2000:]
+    assert "weights stage: " in proc.stdout and "a group accel_nodes" in proc.stdout, proc.stdout[-2000:]
+    doc = json.loads((tmp_path / "run" / "deployment.json").read_text())
+    assert doc["run"]["id"] == "unit-stage0" and doc["planned"] is False
+    assert oct((tmp_path / "run").stat().st_mode & 0o777) == "0o755"
+    assert "changed=0" in proc.stdout  # results of the run, not cluster state
+
+
+def test_stage_0_refuses_a_stage_whose_pins_cannot_be_resolved(tmp_path):
+    """A planned inventory whose model commit and image digest cannot be pinned (no hub, no registry): the
+    stage fails naming both; with the gate lifted (-e llmb_stage_needs_plan=) the document is written."""
+    inv = tmp_path / "inv"
+    import shutil
+
+    shutil.copytree(REPO / "inventories" / "a3", inv)
+    unpinnable = ["-i", str(inv), "-e", "weights_hf_endpoint=http://127.0.0.1:9",
+                  "-e", "llmb_container_image=127.0.0.1:9/ascend/vllm-ascend:v0.20.2rc1-a3"]
+    proc = _stage_0(tmp_path, *unpinnable, "-e", "llmb_stage_needs_plan=serve")
+    assert proc.returncode != 0, proc.stdout[-2000:]
+    assert "serve stage: " in proc.stdout and "revision 'main' is a branch" in proc.stdout, proc.stdout[-2000:]
+    assert "has no digest" in proc.stdout, proc.stdout[-2000:]
+    lifted = _stage_0(tmp_path, *unpinnable, "-e", "llmb_stage_needs_plan=")
+    assert lifted.returncode == 0, lifted.stdout[-2000:]
+    assert json.loads((tmp_path / "run" / "deployment.json").read_text())["planned"] is True
