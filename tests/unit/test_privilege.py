@@ -119,7 +119,7 @@ def test_read_only_stages_need_no_root(playbook):
 
 def test_verify_becomes_root_only_for_the_fabric_tests():
     """The per-node checks and the report run as the login user; the fabric play (tag fabric: opted out
-    with --skip-tags fabric) becomes root and runs only the fabric tasks (with the run's directory)."""
+    with verify_fabric: never) becomes root and runs only the fabric tasks (with the run's directory)."""
     doc = yaml.safe_load((ROOT / "playbooks/verify.yml").read_text())
     node_plays = [p for p in doc if p.get("hosts") == "accel_nodes"]
     become = [p for p in node_plays if p.get("become")]

@@ -91,8 +91,16 @@ def entry(tool: str) -> int:
     """Console entry: `tool` with sys.argv; what the installed wrappers call."""
     rc, out, err = run(tool, sys.argv[1:])
     try:
-        if out:
-            sys.stdout.write(out)
+        if out:  # whole lines, at most PIPE_BUF bytes a write, as the real tools' line-buffered output:
+            # under mpirun many ranks share one stream, and a larger write may be cut mid-line by another's
+            chunk = ""
+            for line in out.splitlines(keepends=True):
+                if chunk and len(chunk) + len(line) > 4096:
+                    sys.stdout.write(chunk)
+                    sys.stdout.flush()
+                    chunk = ""
+                chunk += line
+            sys.stdout.write(chunk)
             sys.stdout.flush()
         if err:
             sys.stderr.write(err)
