@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import socket
 import subprocess
+import sys
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from llmb.weights import relay
@@ -27,8 +30,10 @@ def test_unit_argv_is_unprivileged_read_only_and_bound():
     assert argv[:3] == ["systemd-run", "--unit=llmb-weights-relay", "--collect"]
     for prop in ("DynamicUser=yes", "ProtectSystem=strict", "ProtectHome=yes", "PrivateTmp=yes", "NoNewPrivileges=yes"):
         assert f"--property={prop}" in argv
-    assert argv[argv.index("http.server") + 1:] == ["18090", "--bind", "10.0.0.11", "--directory",
-                                                    "/opt/llmb/models/kimi"]
+    assert argv[argv.index("-c") - 1:] == ["/usr/bin/python3", "-c", relay.SERVER_SOURCE, "18090", "10.0.0.11",
+                                           "/opt/llmb/models/kimi"]
+    # systemd-run expands '$' (environment) and '%' (specifiers) in a command line
+    assert "$" not in relay.SERVER_SOURCE and "%" not in relay.SERVER_SOURCE
     # argv stays an array: a value with spaces or shell characters is one element, never split
     odd = relay.unit_argv(1, "h", "/x y;rm -rf /")
     assert odd[-1] == "/x y;rm -rf /"
@@ -67,3 +72,27 @@ def test_wait_listening_returns_once_a_connection_succeeds_and_times_out_otherwi
         srv.close()
     with pytest.raises(relay.RelayError, match="not listening after"):
         relay.wait_listening("127.0.0.1", port, timeout=0.1, poll=0.02)
+
+
+def test_server_source_serves_a_directory_to_many_parallel_clients(tmp_path):
+    """The server the unit runs: files served as they are, 24 clients at once."""
+    for i in range(24):
+        (tmp_path / f"f{i}").write_bytes(bytes([i]) * 200_000)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    argv = relay.unit_argv(port, "127.0.0.1", str(tmp_path), python=sys.executable)
+    proc = subprocess.Popen(argv[argv.index(sys.executable):], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        relay.wait_listening("127.0.0.1", port, timeout=10)
+
+        def get(i):
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/f{i}", timeout=10) as r:
+                return r.read()
+
+        with ThreadPoolExecutor(24) as ex:
+            bodies = list(ex.map(get, range(24)))
+        assert bodies == [bytes([i]) * 200_000 for i in range(24)]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
