@@ -11,8 +11,8 @@ DOCUMENTATION = r"""
 module: weights_relay
 short_description: Start or stop the relay HTTP server that serves this node's verified weights to its peers
 description:
-  - With O(state=started), stops a relay unit left by an interrupted run, starts
-    C(python3 -m http.server) over O(directory) as the transient systemd unit O(unit)
+  - With O(state=started), stops a relay unit left by an interrupted run, starts the standard
+    library's threading HTTP file server (listen backlog 128) over O(directory) as the transient systemd unit O(unit)
     (C(systemd-run), C(DynamicUser), C(ProtectSystem=strict); unprivileged, read-only), bound to
     O(address):O(port), and waits until it listens. One call instead of three tasks.
   - With O(state=stopped), stops the unit (an absent unit is not an error).

@@ -269,8 +269,8 @@ def main() -> int:
     ap.add_argument("--shard-bytes", type=int, default=4_000_000)
     ap.add_argument("--throttle-bps", type=int, default=800_000)
     ap.add_argument("--inventory", type=Path, help="use this running cluster's inventory (sim-cluster inventory)")
-    ap.add_argument("--name", default=os.environ.get("BENCH_WEIGHTS_NAME", "w4perf"),
-                    help="name of the simulated cluster brought up without --inventory (env BENCH_WEIGHTS_NAME)")
+    ap.add_argument("--name", default="w4perf",
+                    help="name of the simulated cluster brought up without --inventory (after LLMB_PERF_CLUSTER_PREFIX)")
     ap.add_argument("--repeat", type=int, default=3,
                     help="runs of one-node and relay, interleaved; the medians are compared (default 3)")
     ap.add_argument("--no-each", action="store_true", help="skip the 'each' side (N hub downloads)")

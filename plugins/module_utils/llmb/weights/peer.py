@@ -1,7 +1,7 @@
 """Copy weights from a node that already holds a verified copy, over HTTP on the cluster network.
 
-The source node serves its model directory with ``python3 -m http.server`` (a transient systemd
-unit the role starts and stops). A receiver waits until the source's record
+The source node serves its model directory with the standard library's HTTP file server (a
+transient systemd unit, ``llmb.weights.relay``, that the role starts and stops). A receiver waits until the source's record
 (``.llmb-weights.json``) says complete for the same manifest, then pulls the files it lacks in
 parallel, hashing each while it arrives: a file is moved into place only when its size and hash
 match the manifest, so a half-copied or corrupt file never lands in the model directory.
