@@ -218,31 +218,31 @@ def bench_fanout(nodes: int, shard_bytes: int, throttle: int, inventory: Path | 
             kinds = [("one_node", "each", f"{first},localhost"), ("relay", "relay", None)]
             if with_each:
                 kinds.append(("each", "each", None))
-            runs: dict[str, list[dict]] = {name: [] for name, _, _ in kinds}
+            runs: dict[str, list[dict]] = {side: [] for side, _, _ in kinds}
             # interleaved (one, relay, one, relay, ...): a change of the machine's load between runs
             # touches both sides alike; the median of each side is compared. 'each' (N hub downloads,
             # for its hub bytes) runs in the first round only.
             for i in range(repeat):
-                for name, strategy, limit in kinds:
-                    if name == "each" and i > 0:
+                for side, strategy, limit in kinds:
+                    if side == "each" and i > 0:
                         continue
                     hubctl("reset", "--state-dir", str(state))
-                    log = log_dir / f"{name}-{i + 1}.log" if log_dir else None
-                    r = run_playbook(inv, dict(base, llmb_model_dir=f"/opt/llmb/bench/{name}-{i + 1}",
+                    log = log_dir / f"{side}-{i + 1}.log" if log_dir else None
+                    r = run_playbook(inv, dict(base, llmb_model_dir=f"/opt/llmb/bench/{side}-{i + 1}",
                                                weights_strategy=strategy), limit=limit, log=log)
                     stats = json.loads(hubctl("stats", "--state-dir", str(state)))
                     r["hub_bytes"] = stats["bytes_total"]
                     r["hub_copies"] = round(stats["bytes_total"] / size, 2)
                     r["load1"] = round(os.getloadavg()[0], 1)
-                    runs[name].append(r)
-                    print(f"  {name:9} #{i + 1} wall {r['wall_s']:7.2f} s  fetch task {r['fetch_task_s']} s  "
+                    runs[side].append(r)
+                    print(f"  {side:9} #{i + 1} wall {r['wall_s']:7.2f} s  fetch task {r['fetch_task_s']} s  "
                           f"hub served {r['hub_bytes']} bytes ({r['hub_copies']}x the model)  "
                           f"load {r['load1']}", flush=True)
             clear_bench_dirs(inv)
     finally:
         hubctl("stop", "--state-dir", str(state))
-    for name, rs in runs.items():
-        results[name] = summarize(rs)
+    for side, rs in runs.items():
+        results[side] = summarize(rs)
     one, relay = results["one_node"], results["relay"]
     results["ratio_relay_vs_one_wall"] = round(relay["wall_s"] / one["wall_s"], 3)
     if relay["fetch_task_s"] and one["fetch_task_s"]:
