@@ -25,9 +25,16 @@ def ansible_env(mitogen: bool = False) -> dict[str, str]:
     return env
 
 
+def cluster_name(name: str) -> str:
+    """The name of a cluster a benchmark brings up: LLMB_PERF_CLUSTER_PREFIX + name, so that runs on a
+    shared machine (one prefix each) never take down each other's clusters."""
+    return os.environ.get("LLMB_PERF_CLUSTER_PREFIX", "") + name
+
+
 @contextlib.contextmanager
 def cluster(name: str, nodes: int, profile: str, keep: bool = False, extra: list[str] | None = None) -> Iterator[Path]:
-    """A simulated cluster for the duration of a with-block; yields its inventory path."""
+    """A simulated cluster for the duration of a with-block (named cluster_name(name)); yields its inventory path."""
+    name = cluster_name(name)
     try:
         subprocess.run([str(SIM), "up", "--name", name, "--nodes", str(nodes), "--profile", profile, *(extra or [])],
                        check=True)

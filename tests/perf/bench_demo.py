@@ -20,7 +20,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-NAME = "bench-demo"
+sys.path.insert(0, str(ROOT / "tests"))
+from perf_common import cluster_name  # noqa: E402
+
+NAME = cluster_name("bench-demo")
 
 
 def timed(cmd: list[str], env: dict) -> float:

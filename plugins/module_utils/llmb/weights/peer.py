@@ -1,7 +1,7 @@
 """Copy weights from a node that already holds a verified copy, over HTTP on the cluster network.
 
-The source node serves its model directory with ``python3 -m http.server`` (a transient systemd
-unit the role starts and stops). A receiver waits until the source's record
+The source node serves its model directory with the standard library's HTTP file server (a
+transient systemd unit, ``llmb.weights.relay``, that the role starts and stops). A receiver waits until the source's record
 (``.llmb-weights.json``) says complete for the same manifest, then pulls the files it lacks in
 parallel, hashing each while it arrives: a file is moved into place only when its size and hash
 match the manifest, so a half-copied or corrupt file never lands in the model directory.
@@ -26,6 +26,9 @@ from .verify import ORIG_SUFFIX, RECORD_NAME
 
 PARTIAL_DIR = ".llmb-partial"
 BUFSIZE = 4 * 1024 * 1024
+# how often a receiver asks its sources' records: a GET of a small file on the cluster network, and
+# what each relay round can lose between a source's completion and its receiver's start
+POLL_S = 0.2
 
 
 class PeerError(Exception):
@@ -44,7 +47,7 @@ def peer_record(base_url: str, timeout: float = 10.0) -> dict | None:
         return None
 
 
-def wait_ready(urls: list[str], digest: str, timeout: float, poll: float = 1.0, sleep=time.sleep,
+def wait_ready(urls: list[str], digest: str, timeout: float, poll: float = POLL_S, sleep=time.sleep,
                since: float | None = None) -> float:
     """Block until every url's record is complete for ``digest``; returns seconds waited.
 

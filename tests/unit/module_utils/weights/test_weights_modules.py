@@ -1,4 +1,4 @@
-"""The three module shims: documented options equal the argument specs (types, defaults, choices)."""
+"""The four module shims: documented options equal the argument specs (types, defaults, choices)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ class _Stop(Exception):
 
 def argument_spec(name, monkeypatch):
     for mod in ("llmb", "llmb.jsonpatch", "llmb.weights", "llmb.weights.fetch", "llmb.weights.manifest",
-                "llmb.weights.verify"):
+                "llmb.weights.verify", "llmb.weights.relay"):
         monkeypatch.setitem(sys.modules, "ansible.module_utils." + mod, importlib.import_module(mod))
     captured = {}
 
@@ -49,7 +49,7 @@ def _compare(spec, doc, where):
             _compare(s["options"], d["suboptions"], f"{where}.{key}")
 
 
-@pytest.mark.parametrize("name", ["json_patch", "model_fetch", "model_verify"])
+@pytest.mark.parametrize("name", ["json_patch", "model_fetch", "model_verify", "weights_relay"])
 def test_documentation_matches_argument_spec(name, monkeypatch):
     spec, doc, ret = argument_spec(name, monkeypatch)
     assert doc["module"] == name
