@@ -103,6 +103,18 @@ static int listed(int port)
     return 0;
 }
 
+enum { PASS, MOVE, REFUSE };
+
+/* What to do with a wildcard bind of `port`: leave it, move it to the address, or refuse it. */
+static int verdict(int port)
+{
+    if (port == 0)
+        return PASS;
+    if (bad)
+        return (!nports || listed(port)) ? REFUSE : PASS;
+    return listed(port) ? MOVE : PASS;
+}
+
 static long real_bind(int fd, const void *sa, socklen_t len)
 {
     return syscall(SYS_bind, fd, sa, len);
@@ -124,15 +136,11 @@ int bind(int fd, const struct sockaddr *sa, socklen_t len)
         struct sockaddr_in in;
         memcpy(&in, sa, sizeof in);
         int port = ntohs(in.sin_port);
-        if (in.sin_addr.s_addr != htonl(INADDR_ANY) || port == 0)
+        int v = in.sin_addr.s_addr == htonl(INADDR_ANY) ? verdict(port) : PASS;
+        if (v == PASS)
             return (int)real_bind(fd, sa, len);
-        if (bad) {
-            if (!nports || listed(port))
-                return refuse(bad_why, port);
-            return (int)real_bind(fd, sa, len);
-        }
-        if (!listed(port))
-            return (int)real_bind(fd, sa, len);
+        if (v == REFUSE)
+            return refuse(bad_why, port);
         if (family != AF_INET)
             return refuse("LLMB_BIND_ADDRESS is IPv6 and the socket is IPv4", port);
         in.sin_addr = addr4;
@@ -143,15 +151,11 @@ int bind(int fd, const struct sockaddr *sa, socklen_t len)
         struct sockaddr_in6 in6;
         memcpy(&in6, sa, sizeof in6);
         int port = ntohs(in6.sin6_port);
-        if (!IN6_IS_ADDR_UNSPECIFIED(&in6.sin6_addr) || port == 0)
+        int v = IN6_IS_ADDR_UNSPECIFIED(&in6.sin6_addr) ? verdict(port) : PASS;
+        if (v == PASS)
             return (int)real_bind(fd, sa, len);
-        if (bad) {
-            if (!nports || listed(port))
-                return refuse(bad_why, port);
-            return (int)real_bind(fd, sa, len);
-        }
-        if (!listed(port))
-            return (int)real_bind(fd, sa, len);
+        if (v == REFUSE)
+            return refuse(bad_why, port);
         if (family == AF_INET6) {
             in6.sin6_addr = addr6;
         } else {
