@@ -3,7 +3,6 @@ against a fake docker CLI on PATH (tests/fakedocker.py, its state in a JSON file
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import sys
@@ -12,8 +11,6 @@ from pathlib import Path
 import llmb
 import llmb.container
 import pytest
-from ansible.module_utils import basic
-from ansible.module_utils.common.text.converters import to_bytes
 from module_runner import run_module as _run_module  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[4]
@@ -92,14 +89,7 @@ def run_ready(args: dict, monkeypatch, capsys) -> dict:
     import llmb.serve
 
     sys.modules.setdefault("ansible.module_utils.llmb.serve", llmb.serve)
-    spec = importlib.util.spec_from_file_location("llmb_service_ready", ROOT / "plugins" / "modules" / "llmb_service_ready.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    monkeypatch.setattr(basic, "_ANSIBLE_ARGS", to_bytes(json.dumps({"ANSIBLE_MODULE_ARGS": args})))
-    monkeypatch.setattr(basic, "_ANSIBLE_PROFILE", "legacy", raising=False)
-    with pytest.raises(SystemExit):
-        mod.main()
-    return json.loads(capsys.readouterr().out)
+    return _run_module("llmb_service_ready", args, monkeypatch, capsys)
 
 
 def test_ray_worker_container_that_cannot_reach_the_head_is_not_joined(fake, monkeypatch, capsys):
