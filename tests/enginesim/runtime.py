@@ -132,10 +132,14 @@ def die(log: Log, message: str, code: int = 1, where: str = "core.py:1"):
 
 
 def local_devices() -> int:
-    """Accelerators on this node: env LLMB_ENGINESIM_DEVICES, else nvidia-smi / npu-smi, else 8."""
+    """Accelerators on this node: env LLMB_ENGINESIM_DEVICES, else CUDA_VISIBLE_DEVICES (what the real
+    engines see: a node emulated on a slice of a machine's GPUs), else nvidia-smi / npu-smi, else 8."""
     env = os.environ.get("LLMB_ENGINESIM_DEVICES")
     if env:
         return int(env)
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None and visible.strip():
+        return len([d for d in visible.split(",") if d.strip()])
     for cmd in (["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"],):
         try:
             out = subprocess.run(cmd, capture_output=True, text=True, timeout=10)
