@@ -234,6 +234,7 @@ class Rendezvous:
 
     def __init__(self, host: str, port: int, log: Log):
         self.members: list[dict] = []
+        self.left: list[dict] = []  # members whose connection dropped (a rank that died)
         self.conns: list[socket.socket] = []
         self.lock = threading.Lock()
         self.changed = threading.Condition(self.lock)
@@ -241,6 +242,7 @@ class Rendezvous:
 
         class Handler(socketserver.StreamRequestHandler):
             def handle(self):
+                joined = None
                 for raw in self.rfile:
                     line = raw.decode(errors="replace").strip()
                     if line.startswith("JOIN "):
@@ -249,6 +251,7 @@ class Rendezvous:
                             outer.members.append(info)
                             outer.conns.append(self.connection)
                             outer.changed.notify_all()
+                        joined = info
                         self.wfile.write(b"OK\n")
                     elif line == "STATUS":
                         with outer.lock:
@@ -257,6 +260,10 @@ class Rendezvous:
                     elif line == "PING":
                         self.wfile.write(b"PONG\n")
                     self.wfile.flush()
+                if joined is not None:
+                    with outer.changed:
+                        outer.left.append(joined)
+                        outer.changed.notify_all()
 
         self.server = serve_in_thread(
             socketserver.ThreadingTCPServer,

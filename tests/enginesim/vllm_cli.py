@@ -318,7 +318,28 @@ def _native_master(args, nnodes, tp, pp, world, devices, log):
             where="parallel_state.py:1",
         )
     log.info(f"All {nnodes} nodes joined (TP {tp} x PP {pp} = {world} ranks)", "parallel_state.py:1")
+    _watch_nodes(rdv, log)
     return rdv
+
+
+def _watch_nodes(rdv, log) -> None:
+    """One TP x PP group: a node that dies takes the group down (the real engine's workers fail in
+    their next collective and the executor shuts the API server down)."""
+    import threading
+
+    def _watch():
+        with rdv.changed:
+            while not rdv.left:
+                rdv.changed.wait(1.0)
+            gone = rdv.left[0]
+        log.error(
+            f"RuntimeError: node rank {gone.get('node_rank')} (pid {gone.get('pid')}) is gone: a worker of "
+            "the group died; shutting down",
+            where="multiproc_executor.py:1",
+        )
+        os._exit(1)
+
+    threading.Thread(target=_watch, daemon=True).start()
 
 
 def _native_follower(args, nnodes, world, devices, log) -> int:

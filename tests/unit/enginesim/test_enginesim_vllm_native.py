@@ -92,3 +92,14 @@ def test_each_node_needs_its_share_of_the_ranks_on_its_own_gpus(tmp_path, model)
     proc = run([*cli("vllm"), *SERVE, str(model), *native(free_port(), tp=8), "--node-rank", "0"], env)
     assert proc.returncode == 1
     assert "each of the 2 nodes runs 4 of the 8 ranks; this node has 2 GPUs" in proc.stderr
+
+
+def test_a_node_that_dies_takes_node_rank_0_down(tmp_path, model):
+    api, master = free_port(), free_port()
+    with rank0(tmp_path, model, api, master) as r0:
+        wait_port(master)
+        with follower(tmp_path, model, api, master, 1) as r1:
+            wait_healthy(api, r0)
+            r1.p.kill()
+            assert r0.wait(15) == 1
+    assert "node rank 1 (pid " in r0.output() and "is gone: a worker of the group died" in r0.output()
