@@ -345,9 +345,12 @@ def _watch_nodes(rdv, log) -> None:
 def _native_follower(args, nnodes, world, devices, log) -> int:
     """Node rank r > 0: workers only (--headless), joining node rank 0's store at --master-addr."""
     rank = int(args.get("--node-rank", 0))
-    if not 0 < rank < nnodes:
-        runtime.die(log, f"ValueError: --node-rank {rank} must be in 1..{nnodes - 1} on a node that is not "
-                         f"rank 0 (--nnodes {nnodes})", where="arg_utils.py:1")
+    if rank >= nnodes:  # vLLM 0.26.0 engine/arg_utils.py, word for word
+        runtime.die(log, f"AssertionError: node_rank={rank} must be less than nnodes={nnodes}.",
+                    where="arg_utils.py:1987")
+    if rank == 0:
+        runtime.die(log, f"ValueError: --headless on node rank 0 of --nnodes {nnodes}: node rank 0 runs the API "
+                         "server", where="serve.py:1")
     if not args.get("--headless"):
         runtime.die(
             log,
