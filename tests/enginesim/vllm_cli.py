@@ -104,6 +104,13 @@ def serve(fs: dict, engine: str, args: dict, pos: list[str], log: runtime.Log) -
     backend = args.get("--distributed-executor-backend")
 
     nnodes = int(args.get("--nnodes", 1))
+    if nnodes > 1 and backend not in (None, "mp", "uni", "external_launcher"):
+        runtime.die(  # vLLM 0.26.0 config/parallel.py, word for word
+            log,
+            "ValueError: nnodes > 1 can only be set when distributed executor backend is mp, uni or "
+            "external_launcher.",
+            where="parallel.py:936",
+        )
     if nnodes > 1:  # vLLM's own multi-node launch: node rank 0 serves, the others run --headless
         if int(args.get("--node-rank", 0)) > 0 or args.get("--headless"):
             return _native_follower(args, nnodes, world, devices, log)

@@ -103,3 +103,11 @@ def test_a_node_that_dies_takes_node_rank_0_down(tmp_path, model):
             r1.p.kill()
             assert r0.wait(15) == 1
     assert "node rank 1 (pid " in r0.output() and "is gone: a worker of the group died" in r0.output()
+
+
+def test_the_native_launch_and_ray_do_not_mix(tmp_path, model):
+    argv = [*cli("vllm"), *SERVE, str(model), *native(free_port()), "--node-rank", "0",
+            "--distributed-executor-backend", "ray"]
+    proc = run(argv, sim_env(tmp_path / "s"))
+    assert proc.returncode == 1
+    assert "nnodes > 1 can only be set when distributed executor backend is mp, uni or external_launcher." in proc.stderr
