@@ -125,3 +125,19 @@ def test_an_unknown_multinode_value_is_refused_naming_the_variable():
     with pytest.raises(PlanError) as err:
         _plan(llmb_vllm_multinode="mpi")
     assert "llmb_vllm_multinode" in err.value.report()
+
+
+def test_the_native_group_restarts_together_the_headless_node_waiting_for_the_master_port():
+    """llmb.serve.group_view from the deployment document: one group (llmb-group.target) whose head
+    is node rank 0; the headless node's unit waits for the head's master port before it starts."""
+    from llmb.serve import group_view
+
+    hv, groups = load_inventory("sim")
+    for h in hv.values():
+        h.pop("llmb_vllm_multinode", None)
+    doc = D.resolve(hv, groups)
+    head = group_view(doc, "node1", ["llmb-group"], "/etc/llmb/ssh_config")
+    member = group_view(doc, "node2", ["llmb-group"], "/etc/llmb/ssh_config")
+    assert head["is_head"] and head["members"] == ["172.30.0.12"] and head["units"] == ["llmb-vllm"]
+    assert not member["is_head"] and member["head_address"] == "172.30.0.11"
+    assert member["waits"] == {"llmb-vllm": [["172.30.0.11", 29501]]}
