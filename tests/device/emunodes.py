@@ -108,7 +108,10 @@ def identity_env(node: EmuNode) -> dict[str, str]:
 
 def node_env(node: EmuNode, state_root: Path, bin_dir: Path = HERE / "bin") -> dict[str, str]:
     """The environment the node's interpreter wrapper adds: identity, runner state, stand-ins first."""
-    return {**identity_env(node), "LLMB_RUNNER_STATE": str(state_root / node.name),
+    # RAY_TMPDIR: every real node has its own /tmp, where Ray keeps its session and unix sockets (a
+    # short path: a unix socket path is at most 107 bytes)
+    return {**identity_env(node), "RAY_TMPDIR": f"/tmp/llmb-ray-{node.name}",
+            "LLMB_RUNNER_STATE": str(state_root / node.name),
             "LLMB_DEVICE_NODE": node.name, "PYTHONUNBUFFERED": "1", "PATH_PREPEND": str(bin_dir)}
 
 

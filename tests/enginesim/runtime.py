@@ -117,6 +117,9 @@ def serve_in_thread(base, address, handler, log: Log, bind_error, where: str):
     class Server(base):
         allow_reuse_address = True
         daemon_threads = True
+        # the engines' servers (uvicorn) listen with a backlog of 2048; socketserver's default of 5
+        # drops connections when a bench opens 16 at once (a lost SYN is retried after 1 s or fails)
+        request_queue_size = 2048
 
     try:
         server = Server(address, handler)

@@ -60,7 +60,7 @@ def test_the_wrapper_enters_the_nodes_namespace_with_its_identity(tmp_path):
     (fake / "nsenter").write_text(
         "#!/bin/sh\nexec python3 -c 'import json,os,sys; print(json.dumps({\"argv\": sys.argv[1:], "
         "\"env\": {k: os.environ.get(k) for k in (\"CUDA_VISIBLE_DEVICES\", \"NCCL_HOSTID\", "
-        "\"LLMB_RUNNER_STATE\", \"PATH\")}}))' \"$@\"\n")
+        "\"LLMB_RUNNER_STATE\", \"RAY_TMPDIR\", \"PATH\")}}))' \"$@\"\n")
     (fake / "nsenter").chmod(0o755)
     out = subprocess.run([str(wrapper), "/tmp/AnsiballZ_x.py"], capture_output=True, text=True, check=True,
                          env=dict(os.environ, PATH=f"{fake}:{os.environ['PATH']}"))
@@ -68,6 +68,7 @@ def test_the_wrapper_enters_the_nodes_namespace_with_its_identity(tmp_path):
     assert got["argv"] == ["--net=/var/run/netns/llmb-node2", "/root/llmb-vllm/bin/python", "/tmp/AnsiballZ_x.py"]
     assert got["env"]["CUDA_VISIBLE_DEVICES"] == "2,3" and got["env"]["NCCL_HOSTID"] == "node2"
     assert got["env"]["LLMB_RUNNER_STATE"] == str(tmp_path / "state" / "node2")
+    assert got["env"]["RAY_TMPDIR"] == "/tmp/llmb-ray-node2"  # each node its own /tmp for Ray
     assert got["env"]["PATH"].split(os.pathsep)[:2] == [str(ROOT / "tests/device/bin"), "/root/llmb-vllm/bin"]
 
 
