@@ -4,9 +4,8 @@ llmb_vllm_multinode=native`): node rank 0 serving the API and a `--headless` nod
 written from the plan, the API answering, and a lost headless node bringing the whole group back in
 plan order without Ansible; then the sample's Ray launch again.
 
-The serve stage does not remove a unit the plan no longer has: switching a running cluster between
-Ray and the native launch needs the other launch's units stopped first (done here as an operator
-would, `systemctl disable --now`).
+Switching a running cluster between the launches: the serve stage stops, disables and removes the
+units the plan no longer has (the Ray head and worker here, node2's headless unit on the way back).
 
 Run alone: LLMB_E2E_CLUSTER=multinode-e2e pytest tests/e2e/test_site.py::test_site_converges_all_stages \
     tests/e2e/test_site_native.py
@@ -22,15 +21,14 @@ from test_site_group import KEY, _http, _unit
 
 @pytest.fixture(scope="module")
 def native(cluster):
-    for node in ("node1", "node2"):
-        cluster.node(node, "systemctl", "disable", "--now", "llmb-ray", check=False)
     run = cluster.playbook("playbooks/serve.yml", "-e", "llmb_vllm_multinode=native")
     assert run.rc == 0, run.out[-4000:]
     yield f"http://{cluster.ip('node1')}:8000"
-    # the sample's launch again: the headless unit of node2 is not in the Ray plan
-    cluster.node("node2", "systemctl", "disable", "--now", "llmb-vllm", check=False)
-    back = cluster.playbook("playbooks/serve.yml")
+    back = cluster.playbook("playbooks/serve.yml")  # the sample's Ray launch again
     assert back.rc == 0, back.out[-4000:]
+    # node2's headless unit is not in the Ray plan: gone; the Ray units are back
+    assert not cluster.node("node2", "test", "-e", "/etc/systemd/system/llmb-vllm.service", check=False).returncode == 0
+    assert _unit(cluster, "node2", "llmb-ray", "ActiveState")["ActiveState"] == "active"
 
 
 def _execstart(cluster, node: str) -> str:
@@ -45,7 +43,10 @@ def test_the_native_launch_runs_node_rank_0_and_a_headless_node(cluster, native)
         assert "--distributed-executor-backend" not in argv
     assert "--node-rank 0" in head and "--headless" not in head
     assert "--node-rank 1" in other and "--headless" in other
-    assert _unit(cluster, "node1", "llmb-ray", "ActiveState")["ActiveState"] != "active"
+    # the Ray units of the sample's launch: stopped, disabled and removed by the serve stage
+    for node in ("node1", "node2"):
+        assert _unit(cluster, node, "llmb-ray", "ActiveState")["ActiveState"] != "active"
+        assert cluster.node(node, "test", "-e", "/etc/systemd/system/llmb-ray.service", check=False).returncode != 0
     chat = {"model": "kimi-k2-sim", "messages": [{"role": "user", "content": "native?"}], "max_tokens": 8}
     assert _http(native + "/v1/chat/completions", token=KEY, body=chat, timeout=30)[0] == 200
     log = cluster.node("node1", "journalctl", "--no-pager", "-o", "cat", "-u", "llmb-vllm").stdout
