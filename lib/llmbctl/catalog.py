@@ -516,6 +516,13 @@ class Catalog:
         path = self._dirs[kind] / f"{name}.yml"
         return path if path.is_file() else None
 
+    def _record(self, kind: str, what: str, name: Any, from_doc: Callable[[str, Any, str], Any]) -> Any:
+        """data/<kind>/<name>.yml read once (cached by path and mtime) into its record."""
+        path = self.path(kind, name)
+        if path is None:
+            raise self._unknown(what, kind, name)
+        return _cached(path, kind, lambda p: from_doc(name, load_yaml(p), str(p)))
+
     def _unknown(self, what: str, kind: str, name: Any) -> CatalogError:
         d = self._dirs[kind]
         known = ", ".join(self.names(kind)) or "(none)"
@@ -527,12 +534,12 @@ class Catalog:
 
     def platform(self, name: str, overrides: dict | None = None) -> PlatformRecord:
         """The validated profile; ``overrides`` (verify's profile_overrides) are deep-merged first."""
+        if not overrides:
+            return self._record("platforms", "platform profile", name, platform_from_doc)
         path = self.path("platforms", name)
         if path is None:
             raise self._unknown("platform profile", "platforms", name)
-        if overrides:
-            return platform_from_doc(name, deep_merge(load_yaml(path), overrides), str(path))
-        return _cached(path, "platform", lambda p: platform_from_doc(name, load_yaml(p), str(p)))
+        return platform_from_doc(name, deep_merge(load_yaml(path), overrides), str(path))
 
     def platforms(self) -> list[PlatformRecord]:
         return [self.platform(n) for n in self.platform_names()]
@@ -542,10 +549,7 @@ class Catalog:
         return self.names("models")
 
     def model(self, name: str) -> ModelRecord:
-        path = self.path("models", name)
-        if path is None:
-            raise self._unknown("model profile", "models", name)
-        return _cached(path, "model", lambda p: model_from_doc(name, load_yaml(p), str(p)))
+        return self._record("models", "model profile", name, model_from_doc)
 
     def models(self) -> list[ModelRecord]:
         return [self.model(n) for n in self.model_names()]
@@ -555,10 +559,7 @@ class Catalog:
         return self.names("presets")
 
     def preset(self, name: str) -> PresetRecord:
-        path = self.path("presets", name)
-        if path is None:
-            raise self._unknown("preset", "presets", name)
-        return _cached(path, "preset", lambda p: preset_from_doc(name, load_yaml(p), str(p)))
+        return self._record("presets", "preset", name, preset_from_doc)
 
     # engine releases ----------------------------------------------------------------
     def flagset_names(self) -> list[str]:

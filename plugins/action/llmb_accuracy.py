@@ -1,6 +1,6 @@
 """llmb_accuracy: lm-eval's gsm8k against this host's endpoints, on the controller; records the result
 (llmbctl.results, the one results writer) first, then fails when the gate is missed.
-Documentation: plugins/modules/llmb_accuracy.py; logic: plugins/module_utils/llmb/accuracy.py.
+Documentation: plugins/modules/llmb_accuracy.py; logic: lib/llmbctl/accuracy.py.
 """
 
 from __future__ import annotations

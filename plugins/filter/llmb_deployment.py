@@ -1,4 +1,4 @@
-"""Filters exposing the deployment resolver (plugins/module_utils/llmb/deployment.py) and the
+"""Filters exposing the deployment resolver (lib/llmbctl/deployment.py) and the
 launch planner to stage 0 (controller side).
 
 doc:  "{{ hostvars | llmb_deployment(groups, run_id, artifacts_dir) }}"   # the whole document

@@ -77,41 +77,9 @@ def driver_finding(release: str, requirements: dict[str, Any] | None, driver: st
 # ----------------------------------------------------------------------------- ELF DT_NEEDED
 
 
-def elf_needed(path: Path) -> list[str]:
-    """DT_NEEDED entries of a 64-bit little-endian ELF file ([] when it is not one)."""
-    try:
-        data = Path(path).read_bytes()
-    except OSError:
-        return []
-    if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
-        return []
-    e_shoff, = struct.unpack_from("<Q", data, 0x28)
-    e_shentsize, e_shnum = struct.unpack_from("<HH", data, 0x3A)
-    sections = []
-    for i in range(e_shnum):
-        off = e_shoff + i * e_shentsize
-        if off + 64 > len(data):
-            return []
-        _name, sh_type, _flags, _addr, sh_offset, sh_size, sh_link = struct.unpack_from("<IIQQQQI", data, off)
-        sections.append((sh_type, sh_offset, sh_size, sh_link))
-    out: list[str] = []
-    for sh_type, sh_offset, sh_size, sh_link in sections:
-        if sh_type != 6 or sh_link >= len(sections):  # SHT_DYNAMIC
-            continue
-        str_off = sections[sh_link][1]
-        for k in range(sh_offset, sh_offset + sh_size, 16):
-            tag, val = struct.unpack_from("<qQ", data, k)
-            if tag == 0:
-                break
-            if tag == 1:  # DT_NEEDED
-                end = data.index(b"\0", str_off + val)
-                out.append(data[str_off + val:end].decode("ascii", "replace"))
-    return out
-
-
-def elf_glibc(path: Path) -> tuple[int, ...] | None:
-    """The newest GLIBC_x.y symbol version a 64-bit little-endian ELF file needs (SHT_GNU_verneed),
-    i.e. the oldest glibc it loads on; None when it is not such a file or needs none."""
+def _elf_sections(path: Path) -> tuple[bytes, list[tuple[int, int, int, int, int]]] | None:
+    """The bytes of a 64-bit little-endian ELF file and its section headers (sh_type, sh_offset,
+    sh_size, sh_link, sh_info); None when it is not such a file or its section table is cut short."""
     try:
         data = Path(path).read_bytes()
     except OSError:
@@ -128,6 +96,37 @@ def elf_glibc(path: Path) -> tuple[int, ...] | None:
         _name, sh_type, _flags, _addr, sh_offset, sh_size, sh_link, sh_info = struct.unpack_from(
             "<IIQQQQII", data, off)
         sections.append((sh_type, sh_offset, sh_size, sh_link, sh_info))
+    return data, sections
+
+
+def elf_needed(path: Path) -> list[str]:
+    """DT_NEEDED entries of a 64-bit little-endian ELF file ([] when it is not one)."""
+    elf = _elf_sections(path)
+    if elf is None:
+        return []
+    data, sections = elf
+    out: list[str] = []
+    for sh_type, sh_offset, sh_size, sh_link, _info in sections:
+        if sh_type != 6 or sh_link >= len(sections):  # SHT_DYNAMIC
+            continue
+        str_off = sections[sh_link][1]
+        for k in range(sh_offset, sh_offset + sh_size, 16):
+            tag, val = struct.unpack_from("<qQ", data, k)
+            if tag == 0:
+                break
+            if tag == 1:  # DT_NEEDED
+                end = data.index(b"\0", str_off + val)
+                out.append(data[str_off + val:end].decode("ascii", "replace"))
+    return out
+
+
+def elf_glibc(path: Path) -> tuple[int, ...] | None:
+    """The newest GLIBC_x.y symbol version a 64-bit little-endian ELF file needs (SHT_GNU_verneed),
+    i.e. the oldest glibc it loads on; None when it is not such a file or needs none."""
+    elf = _elf_sections(path)
+    if elf is None:
+        return None
+    data, sections = elf
     best: tuple[int, ...] | None = None
     for sh_type, sh_offset, _size, sh_link, sh_info in sections:
         if sh_type != 0x6FFFFFFE or sh_link >= len(sections):  # SHT_GNU_verneed

@@ -76,6 +76,13 @@ def _first(parsed, kind):
     return items[0][1] if items else None
 
 
+def _take(target: dict, key: str, parsed, kind: str, pick) -> None:
+    """target[key] = pick(the first capture of kind's facts), when there is such a capture."""
+    res = _first(parsed, kind)
+    if res is not None:
+        target[key] = pick(res)
+
+
 def build_facts(probes: list[dict], vendor: str | None = None) -> dict:
     parsed, errors, collected = _parse_all(probes)
     facts: dict = {
@@ -131,16 +138,9 @@ def _host(facts, parsed):
         cpu = _first(parsed, "lscpu") or _first(parsed, "lscpu-json")
         if cpu is not None and cpu["numa_nodes"]:
             facts["numa"]["nodes"] = [{"node": n["node"], "cpus": n["cpus"], "size_mb": None} for n in cpu["numa_nodes"]]
-    bal = _first(parsed, "numa-balancing")
-    if bal is not None:
-        facts["numa"]["balancing"] = bal["value"]
-    health = facts["health"]
-    mods = _first(parsed, "proc-modules")
-    if mods is not None:
-        health["modules"] = mods["modules"]
-    acs = _first(parsed, "pci-acs")
-    if acs is not None:
-        health["acs"] = acs["devices"]
+    _take(facts["numa"], "balancing", parsed, "numa-balancing", lambda r: r["value"])
+    _take(facts["health"], "modules", parsed, "proc-modules", lambda r: r["modules"])
+    _take(facts["health"], "acs", parsed, "pci-acs", lambda r: r["devices"])
     ib = _first(parsed, "ibstat")
     if ib is not None:
         facts["rdma_ports"] = [
@@ -241,26 +241,15 @@ def _nvidia(facts, parsed):
         facts["device_links"] = {f"GPU{g['index']}": g["links"] for g in nvl["gpus"]}
         for d in devices:
             facts["device_links"].setdefault(d["name"], [])
-    health = facts["health"]
-    klog = _first(parsed, "kernel-log")
-    if klog is not None:
-        health["kernel_log"] = {"lines": klog["lines"], "events": klog["events"]}
-    nve = _first(parsed, "nvidia-smi-nvlink-errors")
-    if nve is not None:
-        health["nvlink_errors"] = {f"GPU{g['index']}": g["links"] for g in nve["gpus"]}
-    params = _first(parsed, "nvidia-params")
-    if params is not None:
-        health["nvidia_params"] = {"params": params["params"], "registry_dwords": params["registry_dwords"]}
-    fm = facts["fabric_manager"]
-    svc = _first(parsed, "systemctl-is-active")
-    if svc is not None:
-        fm["service"] = svc["state"]
-    procs = _first(parsed, "process-list")
-    if procs is not None:
-        fm["process"] = bool(procs["processes"])
-    cuda = _first(parsed, "cuda-probe")
-    if cuda is not None:
-        fm["cuda_init"] = {k: v for k, v in cuda.items() if k != "kind"}
+    health, fm = facts["health"], facts["fabric_manager"]
+    _take(health, "kernel_log", parsed, "kernel-log", lambda r: {"lines": r["lines"], "events": r["events"]})
+    _take(health, "nvlink_errors", parsed, "nvidia-smi-nvlink-errors",
+          lambda r: {f"GPU{g['index']}": g["links"] for g in r["gpus"]})
+    _take(health, "nvidia_params", parsed, "nvidia-params",
+          lambda r: {"params": r["params"], "registry_dwords": r["registry_dwords"]})
+    _take(fm, "service", parsed, "systemctl-is-active", lambda r: r["state"])
+    _take(fm, "process", parsed, "process-list", lambda r: bool(r["processes"]))
+    _take(fm, "cuda_init", parsed, "cuda-probe", lambda r: {k: v for k, v in r.items() if k != "kind"})
 
 
 # --------------------------------------------------------------------------- AMD
