@@ -8,8 +8,8 @@ from __future__ import annotations
 import shutil
 
 import pytest
-from llmb import deployment as D
-from llmb.planner import PlanError, plan_inventory
+from llmbctl import deployment as D
+from llmbctl.planner import PlanError, plan_inventory
 from planner_helpers import REPO, load_inventory
 
 
