@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from llmb import deployment as D
-from llmb.planner.inventory import DOC_OWNED, ROLE_TEST_VARS_ENV, plain, read_var
+from llmbctl import deployment as D
+from llmbctl.planner.inventory import DOC_OWNED, ROLE_TEST_VARS_ENV, plain, read_var
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "launch-plan"
@@ -135,7 +135,7 @@ def test_every_role_default_that_reads_the_document_is_refused_in_an_inventory()
 def test_one_reader_one_converter():
     """The deployment reads inventory values through the planner's reader; the script's vault hook is
     the only thing it adds to the one converter."""
-    src = (REPO / "plugins/module_utils/llmb/deployment.py").read_text()
+    src = (REPO / "lib/llmbctl/deployment.py").read_text()
     assert "read_var" in src and "def _plain" not in src
     assert "def _plain" not in SCRIPT.read_text()
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import yaml
 from llmb import report
-from llmb.console import progress
 from llmb.stages import PIPELINE_STAGES, ROLE_STAGE, STAGES
+from llmbctl.console import progress
 
 REPO = Path(__file__).resolve().parents[2]
 
