@@ -26,7 +26,7 @@ with their addresses) are filled, the rest are null, ``planned`` is false and ``
 why. Stages that need the plan fail on that; verify, collect and report do not need it.
 
 Pins: ``resolve`` fills ``model.commit`` and ``engine.image.digest`` from what the inventory
-states without any network (a 40-hex revision, weights_revision, engine_image_pins). Stage 0 then
+states without any network (a 40-hex revision, llmb_model_revision, engine_image_pins). Stage 0 then
 calls ``pin`` (llmbctl.pins): a branch is resolved to its commit at the hub, a tag to its digest at
 the registry, both recorded in ``<inventory>/llmb.lock.json``; what cannot be resolved is listed in
 ``pins.problems`` and refuses every stage that needs the plan, before any host is contacted.
@@ -43,7 +43,7 @@ from llmb.fsutil import write_text_if_changed
 
 from . import layout
 from .planner import PlanError, plan_inventory
-from .planner.inventory import GROUP, KNOB_BY_NAME, node_address
+from .planner.inventory import GROUP, KNOB_BY_NAME, node_address, read_var
 
 DOCUMENT_SCHEMA = 1
 PORT_KNOBS = (
@@ -61,18 +61,6 @@ class DeploymentError(Exception):
     """A value of the run (id, directory) cannot be used; the message names it."""
 
 
-def _plain(value: Any) -> Any:
-    if isinstance(value, str):
-        return str(value)
-    if isinstance(value, bool) or value is None or isinstance(value, (int, float)):
-        return value
-    if isinstance(value, dict) or hasattr(value, "items"):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    return str(value)
-
-
 def _shared_vars(hostvars: Any, groups: dict[str, Any]) -> dict[str, Any]:
     """Variables of the first accelerator node (else of the only host): what the stages share."""
     names = [str(h) for h in (groups.get(GROUP) or [])] or [str(h) for h in (groups.get("all") or [])][:1]
@@ -83,11 +71,9 @@ def _shared_vars(hostvars: Any, groups: dict[str, Any]) -> dict[str, Any]:
 
 
 def _get(hv: Any, key: str) -> Any:
-    try:
-        value = hv.get(key)
-    except Exception:  # an undefined or untemplatable value reads as unset here; the planner reports it
-        return None
-    return _plain(value)
+    """The inventory's value (planner.inventory.read_var, the one reader); unreadable reads as unset
+    here (the planner reports it)."""
+    return read_var(hv, key)[0]
 
 
 def _knob(hv: Any, key: str) -> Any:
@@ -111,10 +97,10 @@ def validate_run_id(run_id: str) -> str:
 def _pins(shared: Any, model_revision: str | None, image_ref: str | None) -> dict[str, Any]:
     """PINS HOOK (llmbctl.pins replaces this): the model commit and the image digest/id from the inventory.
 
-    model commit: weights_revision, else the model profile's revision.
+    model commit: llmb_model_revision, else the model profile's revision.
     image: engine_image_pins[<ref>] = {digest, id}.
     """
-    commit = _get(shared, "weights_revision") or model_revision
+    commit = _get(shared, "llmb_model_revision") or model_revision
     pins = _get(shared, "engine_image_pins") or {}
     pin = pins.get(image_ref) if isinstance(pins, dict) and image_ref else None
     pin = pin if isinstance(pin, dict) else {}
@@ -259,7 +245,8 @@ def pin(
     shared = _shared_vars(hostvars, {str(k): list(v or []) for k, v in dict(groups).items()})
     model, engine = doc["model"], doc["engine"]
     image = engine.get("image") or None
-    token = _get(shared, "weights_hf_token") or os.environ.get("HF_TOKEN") or None
+    token = _get(shared, "weights_hf_token")
+    token = (token if isinstance(token, str) else None) or os.environ.get("HF_TOKEN") or None  # a Vaulted one stays shut
     result, problems = P.resolve_pins(
         inventory_dir=inventory_dir,
         model_name=model.get("profile"),

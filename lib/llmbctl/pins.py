@@ -150,7 +150,7 @@ def resolve_model(
         return str(entry["commit"]), "lock"
     hub = (endpoint or "").rstrip("/") or DEFAULT_HUB
     fix = (
-        f"set revision to a 40-hex commit in data/models/{name}.yml (or weights_revision), or make the "
+        f"set revision to a 40-hex commit in data/models/{name}.yml (or llmb_model_revision in the inventory), or make the "
         "hub reachable from the controller (HF_ENDPOINT / weights_hf_endpoint)"
     )
     try:
@@ -172,7 +172,7 @@ def resolve_model(
         kind = type(exc).__name__
         if kind == "RevisionNotFoundError":
             what = f"the hub at {hub} has no revision {rev!r} of {repo_id}"
-            fix_text = f"set revision in data/models/{name}.yml (or weights_revision) to a branch or commit of it"
+            fix_text = f"set revision in data/models/{name}.yml (or llmb_model_revision in the inventory) to a branch or commit of it"
         elif kind in ("RepositoryNotFoundError", "GatedRepoError"):
             what = f"the hub at {hub} does not show {repo_id} (missing, gated, or the token lacks access)"
             fix_text = "check repo_id, and put a token with read access in weights_hf_token or HF_TOKEN"
@@ -442,7 +442,7 @@ def resolve_pins(
     Inputs are plain values, as the roles have them today:
 
     - ``model_name``: data/models/<name>.yml (for the messages); ``repo_id``: the profile's repo_id;
-      ``revision``: weights_revision or the profile's revision (None = "main");
+      ``revision``: llmb_model_revision or the profile's revision (None = "main");
       ``hf_endpoint``: weights_hf_endpoint / HF_ENDPOINT ("" = huggingface.co);
       ``hf_token``: weights_hf_token / HF_TOKEN (never written anywhere).
     - ``images``: image references the nodes run (engine_image_image / the launch plan's images);

@@ -59,7 +59,7 @@ def _inventory(tmp: Path, version: str) -> Path:
         f"          ansible_python_interpreter: {sys.executable}\n          llmb_node_ip: 10.0.0.11\n")
     with (inv / "group_vars" / "all" / "llmb.yml").open("a") as fh:
         fh.write(f'\nllmb_engine_version: "{version}"\n'
-                 'weights_revision: "0123456789abcdef0123456789abcdef01234567"\n')
+                 'llmb_model_revision: "0123456789abcdef0123456789abcdef01234567"\n')
     return inv
 
 

@@ -59,7 +59,7 @@ from llmb.sshmesh import failures, mesh_pairs, rotate, ssh_argv  # noqa: E402
 from perf_common import ansible_env, cluster, inventory_hosts  # noqa: E402
 
 PROFILE = "h800-hgx8"
-MESH_DIR = "/etc/llmb/ssh-mesh"  # ssh_mesh_dir's default (the deployment document's dirs.ssh_mesh)
+MESH_DIR = "/etc/llmb/ssh-mesh"  # llmb_ssh_mesh_dir's default (the deployment document's dirs.ssh_mesh)
 MESH_PARALLEL = 8  # ssh_mesh_check_parallel's default
 # the check's default pairs, as the role states them (the loop checks the same pairs)
 MESH_MODE = yaml.safe_load((ROOT / "roles" / "ssh_mesh" / "defaults" / "main.yml").read_text())["ssh_mesh_check_pairs"]
@@ -67,7 +67,7 @@ MESH_MODE = yaml.safe_load((ROOT / "roles" / "ssh_mesh" / "defaults" / "main.yml
 
 def mesh_run(inv: Path, key_dir: Path, *extra: str) -> tuple[float, subprocess.CompletedProcess]:
     argv = [str(ROOT / ".venv/bin/ansible-playbook"), "-i", str(inv), "playbooks/ssh_mesh.yml",
-            "-e", f"ssh_mesh_key_dir={key_dir}", "-e", f"ssh_mesh_dir={MESH_DIR}", *extra]
+            "-e", f"ssh_mesh_key_dir={key_dir}", "-e", f"llmb_ssh_mesh_dir={MESH_DIR}", *extra]
     t0 = time.perf_counter()
     p = subprocess.run(argv, env=ansible_env(), cwd=ROOT, capture_output=True, text=True)
     return time.perf_counter() - t0, p

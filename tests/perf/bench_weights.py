@@ -115,6 +115,7 @@ def run_playbook(inv: Path, extra: dict, limit: str | None = None, tags: str | N
     env = ansible_env()
     env["ANSIBLE_CALLBACKS_ENABLED"] = "ansible.posix.profile_tasks"
     env["PROFILE_TASKS_TASK_OUTPUT_LIMIT"] = "100"
+    env["LLMB_ROLE_TEST_VARS"] = "1"  # the model section is handed in as role variables (test-only route)
     argv = [str(ROOT / ".venv/bin/ansible-playbook"), "-i", str(inv), str(ROOT / "playbooks/weights.yml"),
             "-e", json.dumps(extra)]
     if limit:

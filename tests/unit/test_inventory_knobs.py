@@ -1,5 +1,6 @@
-"""The sample inventories list every knob of every stage (scripts/inventory-knobs writes them from
-roles/*/meta/argument_specs.yml): the samples fail this test when an argument_spec gains a knob."""
+"""docs/knobs.md lists every knob of every stage once (scripts/inventory-knobs writes it from
+roles/*/meta/argument_specs.yml): it fails this test when an argument_spec gains a knob; the samples
+keep only what they set and point at it."""
 
 from __future__ import annotations
 
@@ -40,15 +41,27 @@ def test_every_sample_inventory_is_covered():
     assert {"h100", "h200", "h800", "h800-dp-ep", "a3", "mi300x", "h200-sglang", "h200-trtllm", "sim"} <= names
 
 
-@pytest.mark.parametrize("inv", SAMPLES, ids=lambda p: p.name)
-def test_sample_lists_every_stage_knob_with_default(inv):
-    text = (inv / "group_vars" / "all" / "stages.yml").read_text()
+def test_the_reference_lists_every_stage_knob_with_default():
+    text = IK.reference_yaml((ROOT / "docs" / "knobs.md").read_text())
     opts = _stage_options()
     assert len(opts) >= 80
     for opt in opts:
-        assert re.search(rf"^# {opt}: .+\n(#.*\n)*?#   default: ", text, re.M), f"{inv.name}: {opt} undocumented"
-    assert yaml.safe_load(text) is None  # comments only: the samples' plans do not change
-    assert max(len(line) for line in text.splitlines()) <= 110  # ansible-lint's yaml rule reads them
+        assert re.search(rf"^# {opt}: .+\n(#.*\n)*?#   default: ", text + "\n", re.M), f"{opt} undocumented"
+    assert yaml.safe_load(text) is None  # comments only: copying a block sets nothing
+    assert max(len(line) for line in text.splitlines()) <= 110
+
+
+@pytest.mark.parametrize("inv", SAMPLES, ids=lambda p: p.name)
+def test_sample_points_at_the_reference_and_carries_no_copy(inv):
+    gv = inv / "group_vars" / "all"
+    assert not (gv / "stages.yml").exists()
+    assert "docs/knobs.md" in (gv / "llmb.yml").read_text()
+
+
+def test_the_samples_are_a_third_of_what_they_were():
+    """Issue 25: 16,522 lines with 17 copies of the reference; at most 5,500 now."""
+    lines = sum(len(f.read_text().splitlines()) for f in (ROOT / "inventories").rglob("*") if f.is_file())
+    assert lines <= 5500, lines
 
 
 def test_samples_are_what_the_argument_specs_give():
@@ -60,13 +73,23 @@ def test_a_new_knob_in_an_argument_spec_is_drift(tmp_path):
     shutil.copytree(ROOT / "roles", roles)
     inv = tmp_path / "inventories"
     shutil.copytree(ROOT / "inventories" / "h800", inv / "h800")
-    assert IK.drift(inv, roles) == []
+    ref = tmp_path / "knobs.md"
+    shutil.copy(ROOT / "docs" / "knobs.md", ref)
+    assert IK.drift(inv, roles, reference=ref) == []
     spec = roles / "bench" / "meta" / "argument_specs.yml"
     doc = yaml.safe_load(spec.read_text())
     doc["argument_specs"]["main"]["options"]["bench_new_knob"] = {"type": "int", "default": 3, "description": "New."}
     spec.write_text(yaml.safe_dump(doc))
-    problems = IK.drift(inv, roles)
-    assert len(problems) == 1 and "bench_new_knob" in problems[0] and "h800" in problems[0]
+    problems = IK.drift(inv, roles, reference=ref)
+    assert len(problems) == 1 and "bench_new_knob" in problems[0] and "knobs.md" in problems[0]
+
+
+def test_a_copy_of_the_reference_in_a_sample_is_drift(tmp_path):
+    inv = tmp_path / "inventories"
+    shutil.copytree(ROOT / "inventories" / "h800", inv / "h800")
+    (inv / "h800" / "group_vars" / "all" / "stages.yml").write_text(IK.reference_yaml(IK.render()))
+    problems = IK.drift(inv)
+    assert len(problems) == 1 and "h800/group_vars/all/stages.yml" in problems[0]
 
 
 def test_choices_and_derived_defaults_are_shown():

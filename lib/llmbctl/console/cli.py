@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 from llmb.report import PIPELINE_STAGES, ReportError, write_report
+from llmb.stages import BY_NAME
 
 from llmbctl import REPO_ROOT
 
@@ -151,7 +152,7 @@ def run_playbook(playbook: str, inventory: str, extra: list[str], run_id: str, e
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="llmb", description="llm-bringup operator's console (ansible-runner)")
     sub = ap.add_subparsers(dest="cmd", required=True)
-    for name, helptext in (("up", "every stage: site.yml"), ("verify", "stage 1: playbooks/verify.yml"),
+    for name, helptext in (("up", "every stage: site.yml"), ("verify", f"stage {BY_NAME['verify'].number}: {BY_NAME['verify'].playbook}"),
                            ("recover", "rebuild one node: playbooks/recover.yml")):
         sp = sub.add_parser(name, help=helptext)
         if name == "recover":

@@ -9,12 +9,9 @@ import datetime as _dt
 import re
 from dataclasses import dataclass, field
 
-from llmb.report import PIPELINE_STAGES
+from llmb.stages import ROLE_STAGE, STAGE_NAMES
 
-STAGES = ["preflight", *PIPELINE_STAGES, "report"]
-# role -> stage (a role's tasks name their stage wherever they run from)
-ROLE_STAGE = {"verify": "verify", "engine_host": "engine", "engine_image": "engine", "weights": "weights",
-              "ssh_mesh": "ssh_mesh", "serve": "serve", "bench": "bench", "accuracy": "accuracy"}
+STAGES = list(STAGE_NAMES)  # the console's columns: llmb.stages, the one stage table
 _ROLE = re.compile(r"/roles/([^/]+)/")
 _PLAYBOOK = re.compile(r"/playbooks/([A-Za-z0-9_]+)\.yml")
 PENDING, RUNNING, OK, FAILED, UNREACHABLE = "pending", "running", "ok", "failed", "unreachable"

@@ -15,6 +15,17 @@ MODES = ("single", "ray", "native", "dp", "sglang", "mpirun")
 
 
 @dataclass(frozen=True)
+class HostPackage:
+    """How a host install gets the engine: the package index distribution, the requirement installed
+    (``<requirement>==<version>``) and the command that prints the installed release ({venv} is the
+    engine venv). The engine_host role reads these (filter llmb_engine_packages)."""
+
+    distribution: str
+    requirement: str
+    version_command: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class EngineCaps:
     name: str  # the value of llmb_engine
     vendors: tuple[str, ...]  # platform vendors it runs on in this toolkit
@@ -39,6 +50,7 @@ class EngineCaps:
     max_len_flag: str | None = None
     kv_dtype_flag: str | None = None
     memory_model: str = "budget"
+    host_package: HostPackage | None = None  # how a host install gets it (None: the site says, or none)
 
     def __post_init__(self) -> None:
         unknown = [m for m in self.modes if m not in MODES]

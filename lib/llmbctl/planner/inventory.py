@@ -24,6 +24,7 @@ import datetime
 import difflib
 import ipaddress
 import math
+import os
 import posixpath
 import re
 import unicodedata
@@ -51,6 +52,49 @@ PRESETS_DIR_HINT = "data/presets/<name>.yml"
 STAGE_PREFIXES = ("weights_", "verify_", "ssh_mesh_", "engine_host_", "engine_image_", "bench_", "serve_",
                   "accuracy_")
 ROLES_DIR = REPO_ROOT / "roles"
+
+# Role variables whose value the deployment document holds (stage 0 decides it once; the roles read
+# it from llmb_deployment). Set in an inventory they would override the document without a word, so
+# check_variables refuses them and names what to set instead. The Molecule scenarios and the perf
+# harnesses that run a role alone may still hand them in with LLMB_ROLE_TEST_VARS=1 in the
+# environment (a test-only route: an inventory cannot set an environment variable).
+DOC_OWNED: dict[str, tuple[str, str]] = {
+    "engine_host_engine": ("engine.name", "llmb_engine"),
+    "engine_host_version": ("engine.version", "llmb_engine_version"),
+    "engine_host_venv": ("engine.venv", "llmb_engine_venv"),
+    "engine_host_channel": ("engine.channel", "llmb_platform (the channel follows the platform's vendor)"),
+    "engine_image_image": ("engine.image.ref", "llmb_container_image"),
+    "engine_image_digest": ("engine.image.digest", "engine_image_pins ({IMAGE: {digest: sha256:...}})"),
+    "engine_image_id": ("engine.image.id", "engine_image_pins ({IMAGE: {id: sha256:...}})"),
+    "weights_model": ("model.profile", "llmb_model"),
+    "weights_repo_id": ("model.repo_id", "llmb_model (a profile under data/models/ names the repository)"),
+    "weights_revision": ("model.commit", "llmb_model_revision (resolved and locked in llmb.lock.json)"),
+    "weights_allow_patterns": ("model.allow_patterns", "llmb_model (the profile's files.allow_patterns)"),
+    "weights_dir": ("model.dir", "llmb_model_dir"),
+    "weights_config_patches": ("hosts.<host>.config_patches", "llmb_model (the profile's config patches)"),
+    "ssh_mesh_dir": ("dirs.ssh_mesh", "llmb_ssh_mesh_dir"),
+    "ssh_mesh_container_sshd": ("engine.name", "llmb_engine (trtllm runs the container sshd)"),
+    "ssh_mesh_container_port": ("ports.sshd", "llmb_sshd_port"),
+    "verify_platform": ("platform.name", "llmb_platform"),
+    "verify_run_id": ("run.id", "llmb_run_id (LLMB_RUN_ID)"),
+    "verify_artifacts_dir": ("run.artifacts_dir", "llmb_artifacts_dir (LLMB_ARTIFACTS_DIR)"),
+}
+ROLE_TEST_VARS_ENV = "LLMB_ROLE_TEST_VARS"
+
+
+def doc_owned_problem(name: str) -> Problem:
+    """The refusal of a role variable that would override the deployment document."""
+    field_, instead = DOC_OWNED[name]
+    knob = instead.split(" ", 1)[0]
+    return Problem(
+        check="document-owned",
+        message=f"{name} is set in the inventory, but its value is the deployment document's {field_}: "
+        f"the role reads the document, and {name} would silently override it",
+        found=name,
+        expected=f"{knob} (the document's {field_} is resolved from it once, in stage 0)",
+        fix=f"remove {name} and set {instead} instead",
+    )
+
 
 PARALLEL_MAX = 65536  # devices in one deployment: 8,192 nodes of 8
 TIMEOUT_MAX = 7 * 86400
@@ -380,6 +424,9 @@ TOOLKIT_KNOBS: tuple[Knob, ...] = (
          stage="run", needs_plain=False),
     Knob("llmb_repin", "bool", False, "stage 0: resolve the model commit and image digests again (-e)",
          stage="run", needs_plain=False),
+    Knob("llmb_model_revision", "str", None, "stage 0: the model's revision, a 40-hex commit or a branch/tag "
+         "(default: the profile's revision); a branch is resolved at the hub and locked in llmb.lock.json",
+         stage="run", format="token", needs_plain=False),
     Knob("engine_image_pins", "dict", {}, "stage 0: image -> {digest, id} pinned by the site (no registry "
          "asked); else the tag is resolved at the registry and locked in llmb.lock.json", stage="run",
          needs_plain=False),
@@ -553,10 +600,19 @@ def shown(value: Any, limit: int = 80) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def plain(value: Any) -> Any:
-    """Ansible hands over tagged str/int/float and lazy containers; turn them into plain Python."""
+def plain(value: Any, vault: Any = None) -> Any:
+    """Ansible hands over tagged str/int/float and lazy containers; turn them into plain Python.
+
+    The one converter of inventory values (the planner, the deployment and scripts/launch-plan).
+    ``vault``: what to make of a vault-encrypted value (scripts/launch-plan passes its own, which
+    decrypts it when a secret was given, else gives a ``Vaulted``); without it the value is left to
+    Ansible (stage 0 reads decrypted values)."""
     if value is None or isinstance(value, Vaulted):
         return value
+    if vault is not None and (
+        type(value).__name__ == "EncryptedString" or (isinstance(value, dict) and set(value) == {"__ansible_vault"})
+    ):
+        return vault(value)
     if isinstance(value, bool):
         return bool(value)
     if isinstance(value, int):
@@ -566,13 +622,12 @@ def plain(value: Any) -> Any:
     if isinstance(value, str):
         return str(value)
     if isinstance(value, dict) or hasattr(value, "items"):
-        return {(k if isinstance(k, Vaulted) else str(k)): plain(v) for k, v in value.items()}
+        return {(k if isinstance(k, Vaulted) else str(k)): plain(v, vault) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [plain(v) for v in value]
+        return [plain(v, vault) for v in value]
     return value
 
 
-_plain = plain  # the name the engine modules may still use
 
 
 def is_template(value: Any) -> bool:
@@ -1029,8 +1084,9 @@ def _unknown(name: str, known: dict[str, Knob]) -> Problem:
     )
 
 
-def _get(hv: Any, key: str) -> tuple[Any, str | None]:
-    """A host's value (None when unset) or the reason it could not be read."""
+def read_var(hv: Any, key: str) -> tuple[Any, str | None]:
+    """A host's value (None when unset) or the reason it could not be read: the one reader of
+    inventory values (the planner and llmbctl.deployment)."""
     if hv is None:
         return None, None
     try:
@@ -1059,16 +1115,20 @@ def check_variables(
         else:
             found[key] = (problem, [host])
 
+    role_test_vars = os.environ.get(ROLE_TEST_VARS_ENV, "") == "1"
     for host in names:
         hv = hostvars[host]
         keys = sorted(str(k) for k in (hv.keys() if hv is not None else []) if is_checked_name(str(k)))
         for key in keys:
+            if key in DOC_OWNED and not role_test_vars:
+                add(doc_owned_problem(key), host)
+                continue
             if key not in known:
                 if key.startswith("llmb_") or checked_stage:
                     add(_unknown(key, known), host)
                 continue
             knob = known[key]
-            value, error = _get(hv, key)
+            value, error = read_var(hv, key)
             if error is not None:
                 add(
                     Problem(
@@ -1154,7 +1214,7 @@ def node_address(name: str, hv: Any) -> str:
 def _address_of(name: str, hv: Any) -> tuple[str, str]:
     """(address, the variable it came from) of a node."""
     for key in ("llmb_node_ip", "ansible_host"):
-        value, _ = _get(hv, key)
+        value, _ = read_var(hv, key)
         if value and not isinstance(value, Vaulted):
             return str(value), key
     return name, "the inventory host name"
@@ -1197,7 +1257,7 @@ def read_deployment(
     problems.extend(var_problems)
     bad_vars = {p.message.split(" ", 1)[0].split("[", 1)[0] for p in var_problems}
 
-    head_name, _ = _get(hostvars[names[0]], "llmb_head")
+    head_name, _ = read_var(hostvars[names[0]], "llmb_head")
     if head_name is not None and not isinstance(head_name, Vaulted):
         head_name = str(head_name)
         if head_name not in names:
@@ -1223,7 +1283,7 @@ def read_deployment(
     for knob in KNOBS:
         if knob.per_host:
             continue
-        value, _ = _get(head_hv, knob.name)
+        value, _ = read_var(head_hv, knob.name)
         if value is None:
             if knob.required:
                 problems.append(
@@ -1249,8 +1309,8 @@ def read_deployment(
             for key in shared:
                 if key in scoped:
                     continue
-                a, _ = _get(head_hv, key)
-                b, _ = _get(hv, key)
+                a, _ = read_var(head_hv, key)
+                b, _ = read_var(hv, key)
                 if a != b:
                     problems.append(
                         Problem(
@@ -1266,8 +1326,8 @@ def read_deployment(
     addrs: dict[str, str] = {}
     for i, n in enumerate(ordered):
         address, source = _address_of(n, hostvars[n])
-        rails, _ = _get(hostvars[n], "llmb_rdma_rails")
-        gid, _ = _get(hostvars[n], "llmb_rdma_gid_index")
+        rails, _ = read_var(hostvars[n], "llmb_rdma_rails")
+        gid, _ = read_var(hostvars[n], "llmb_rdma_gid_index")
         ok = not {"llmb_rdma_rails", "llmb_rdma_gid_index"} & bad_vars
         nodes.append(Node(n, address, i, tuple(str(r) for r in rails or ()) if ok else (), gid if ok else None))
         if source != "llmb_node_ip" and not is_address(address):
@@ -1296,9 +1356,9 @@ def read_deployment(
         addrs[node.address] = node.name
     node_facts: dict[str, dict[str, Any]] = {}
     for n in ordered:  # per node: what the inventory says, else what the verify stage found
-        ib, _ = _get(hostvars[n], "llmb_ib_device")
-        amx, _ = _get(hostvars[n], "llmb_cpu_amx")
-        accel, _ = _get(hostvars[n], "llmb_accel")
+        ib, _ = read_var(hostvars[n], "llmb_ib_device")
+        amx, _ = read_var(hostvars[n], "llmb_cpu_amx")
+        accel, _ = read_var(hostvars[n], "llmb_accel")
         accel = accel if isinstance(accel, dict) else {}
         rdma = accel.get("rdma_devices")
         if not isinstance(amx, bool):

@@ -21,10 +21,13 @@ from pathlib import Path
 from typing import Any
 
 from .fsutil import atomic_write_text
+from .stages import PIPELINE_STAGES as _PIPELINE
+from .stages import STAGE_NAMES
 
-STAGE_ORDER = ["preflight", "verify", "engine", "weights", "ssh_mesh", "serve", "bench", "accuracy"]
+# the stages whose results directories the report orders (llmb.stages, the one stage table)
+STAGE_ORDER = [name for name in STAGE_NAMES if name != "report"]
 # What site.yml (and recover.yml, which imports it) runs per host: every one is expected.
-PIPELINE_STAGES = ["verify", "engine", "weights", "ssh_mesh", "serve", "bench", "accuracy"]
+PIPELINE_STAGES = list(_PIPELINE)
 # Stages that run only on the hosts whose plan has an API service (they test the endpoint).
 API_STAGES = {"bench", "accuracy"}
 # Extra per-host files of a stage: <stage>/<host><suffix>.json (not hosts of their own).

@@ -116,7 +116,7 @@ def test_a3_container_image_and_pins_hook():
     commit = "c" * 40
     for name in hv:
         hv[name]["engine_image_pins"] = {eng["image"]["ref"]: {"digest": digest, "id": image_id}}
-        hv[name]["weights_revision"] = commit
+        hv[name]["llmb_model_revision"] = commit
     pinned = D.resolve(hv, groups)
     assert pinned["engine"]["image"] == {"ref": eng["image"]["ref"], "digest": digest, "id": image_id}
     assert pinned["model"]["commit"] == commit
@@ -253,7 +253,7 @@ def test_stage_0_pins_what_the_inventory_states_without_network(tmp_path):
     ref = "quay.io/ascend/vllm-ascend:v0.20.2rc1-a3"
     for name in hv:
         hv[name]["weights_hf_endpoint"] = "http://127.0.0.1:9"
-        hv[name]["weights_revision"] = "c" * 40
+        hv[name]["llmb_model_revision"] = "c" * 40
         hv[name]["engine_image_pins"] = {ref: {"digest": "sha256:" + "a" * 64}}
     doc = D.pin(D.resolve(hv, groups), hv, groups, str(tmp_path), write=True)
     assert doc["pins"]["resolved"] and not doc["pins"]["problems"]

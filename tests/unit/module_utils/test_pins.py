@@ -222,7 +222,7 @@ def test_no_hub_and_no_commit_is_refused_with_the_fix(tmp_path):
     p = problems[0]
     assert p.check == "pins"
     assert p.message.startswith(f"kimi-k2-instruct: revision 'main' is a branch and the hub at {dead} could not")
-    assert "data/models/kimi-k2-instruct.yml" in p.fix and "weights_revision" in p.fix
+    assert "data/models/kimi-k2-instruct.yml" in p.fix and "llmb_model_revision" in p.fix
     assert "HF_ENDPOINT" in p.fix and TOKEN not in p.format()
     assert not (tmp_path / "llmb.lock.json").exists()
 

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ...catalog import version_key
-from ...engines.capabilities import EngineCaps
+from ...engines.capabilities import EngineCaps, HostPackage
 from ...engines.registry import overlay_for
 from .. import containers
 from .. import topology as shared
@@ -20,6 +20,9 @@ from . import common
 
 CAPS = EngineCaps(
     name="sglang",
+    host_package=HostPackage(
+        "sglang", "sglang[all]", ("{venv}/bin/python", "-c", "import sglang; print(sglang.__version__)")
+    ),
     vendors=("nvidia", "amd"),
     installs=("host", "container"),
     memory_fraction_flag="--mem-fraction-static",

@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...catalog import Catalog
-from ...engines.capabilities import EngineCaps
+from ...engines.capabilities import EngineCaps, HostPackage
 from ...engines.registry import FlagSet, load_flagset
 from .. import containers
 from .. import topology as shared
@@ -34,6 +34,7 @@ from . import common
 
 CAPS = EngineCaps(
     name="vllm",
+    host_package=HostPackage("vllm", "vllm", ("{venv}/bin/vllm", "--version")),
     vendors=("nvidia", "amd"),
     installs=("host", "container"),
     memory_fraction_flag="--gpu-memory-utilization",

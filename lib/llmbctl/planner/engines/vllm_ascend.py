@@ -7,6 +7,6 @@ from dataclasses import replace
 from . import vllm
 from .vllm import engine_args, services, topology
 
-CAPS = replace(vllm.CAPS, name="vllm-ascend", vendors=("ascend",), installs=("container",))
+CAPS = replace(vllm.CAPS, name="vllm-ascend", vendors=("ascend",), installs=("container",), host_package=None)
 
 __all__ = ["CAPS", "engine_args", "services", "topology"]

@@ -85,6 +85,41 @@ def read_token(token_file: str | None) -> str | None:
     return token or None
 
 
+# getaddrinfo's answers that mean the name does not exist (not a passing fault: no retry helps)
+_NO_SUCH_NAME = {getattr(socket, n) for n in ("EAI_NONAME", "EAI_NODATA") if hasattr(socket, n)}
+
+
+def check_resolves(endpoint: str | None) -> None:
+    """Fail at once when the hub's host name does not resolve on this node (the hub client would
+    retry it for half a minute as if it were a passing fault). A refused or reset connection, a
+    timeout or a temporary DNS failure (EAI_AGAIN) are left to the client and its retries; so is a
+    hub reached through a proxy (the proxy resolves the name)."""
+    import urllib.parse
+    import urllib.request
+
+    where = endpoint or "https://huggingface.co"
+    url = urllib.parse.urlsplit(where)
+    name = url.hostname
+    if not name:
+        return
+    # the proxies the hub client will see (call_hub passes this process's proxy variables on)
+    proxied = bool(urllib.request.getproxies().get(url.scheme)) and not urllib.request.proxy_bypass(name)
+    if proxied:
+        return
+    try:
+        socket.getaddrinfo(name, url.port or (443 if url.scheme == "https" else 80), proto=socket.IPPROTO_TCP)
+    except socket.gaierror as exc:
+        if exc.errno not in _NO_SUCH_NAME:
+            return  # EAI_AGAIN and the like may pass: the client's retries handle them
+        raise FetchError(
+            f"{host()}: hub-resolve: the hub's host name {name!r} ({where}) does not resolve on this node "
+            f"({exc.strerror or exc}); expected a name the node's resolver knows. Set weights_hf_endpoint "
+            "(or HF_ENDPOINT on the controller) to the hub or mirror this node reaches, or fix the node's DNS "
+            "(/etc/resolv.conf, /etc/hosts).",
+            check="hub-resolve", kind="dns",
+        ) from None
+
+
 def call_hub(p: FetchParams, request: dict, timeout: float) -> dict:
     token = read_token(p.token_file)
     env = {
@@ -110,6 +145,7 @@ def call_hub(p: FetchParams, request: dict, timeout: float) -> dict:
             "(the weights role installs it: run it without --tags, or set weights_tools_dir)",
             check="hub-client",
         )
+    check_resolves(p.endpoint)
     request = dict(request, endpoint=p.endpoint)
     try:
         proc = subprocess.run([p.python, "-c", hubclient_source()], input=json.dumps(request), capture_output=True,

@@ -46,8 +46,9 @@ def test_sample_inventories_resolve_to_their_recipe_shape(name, mode, layout, pe
 def test_vllm_ascend_is_vllm_on_ascend_containers():
     vllm, ascend = engines.ENGINES["vllm"].CAPS, engines.ENGINES["vllm-ascend"].CAPS
     differ = {f.name for f in dataclasses.fields(vllm) if getattr(vllm, f.name) != getattr(ascend, f.name)}
-    assert differ == {"name", "vendors", "installs"}
+    assert differ == {"name", "vendors", "installs", "host_package"}
     assert ascend.vendors == ("ascend",) and ascend.installs == ("container",)
+    assert ascend.host_package is None  # containers only: no host package
 
 
 def test_too_few_devices_leaves_no_topology_but_the_size_checks_still_run():

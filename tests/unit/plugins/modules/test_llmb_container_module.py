@@ -86,9 +86,11 @@ def test_module_without_docker_names_the_engine_stage(tmp_path, monkeypatch, cap
 
 # ------------------------------------------------------------------------------ llmb_service_ready
 def run_ready(args: dict, monkeypatch, capsys) -> dict:
+    import llmb.ready
     import llmb.serve
 
     sys.modules.setdefault("ansible.module_utils.llmb.serve", llmb.serve)
+    sys.modules.setdefault("ansible.module_utils.llmb.ready", llmb.ready)
     return _run_module("llmb_service_ready", args, monkeypatch, capsys)
 
 
