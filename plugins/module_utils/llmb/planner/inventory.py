@@ -631,9 +631,10 @@ _FALSE = ("false", "no", "off", "n", "f", "0")
 
 
 def _role_coerce(kind: str, value: Any) -> Any:
-    """A stage variable's string as its role's argument_spec takes it: Ansible converts '20' to an
-    int, '0.5' to a float and 'yes' to a bool (what `-e key=value` always gives); anything else is
-    left for the type check to refuse."""
+    """A variable's string as a role's argument_spec takes it: Ansible converts '20' to an int,
+    '0.5' to a float and 'yes' to a bool (what `-e key=value` always gives, for the llmb_* knobs as
+    for the stage variables); anything else is left for the type check to refuse, naming the
+    variable."""
     if not isinstance(value, str):
         return value
     text = value.strip()
@@ -705,12 +706,11 @@ def check_value(knob: Knob, value: Any) -> list[Problem]:
             )
     if problems:
         return problems
-    if not name.startswith("llmb_"):  # a role's variable (roles/*/meta/argument_specs.yml)
-        value = _role_coerce(knob.type, value)
+    value = _role_coerce(knob.type, value)  # `-e key=value` gives text: converted as the roles' specs do
     if not _type_ok(knob.type, value):
         hint = ""
         if knob.type in ("int", "float") and isinstance(value, str):
-            hint = " (no quotes around numbers"
+            hint = f" ({shown(value)} does not convert to {_article(knob.type)}"
             hint += "; scripts/launch-plan reads literal values, no Jinja)" if is_template(value) else ")"
         return [
             Problem(
@@ -916,10 +916,12 @@ def _get(hv: Any, key: str) -> tuple[Any, str | None]:
     if hv is None:
         return None, None
     try:
-        return plain(hv.get(key)), None
+        value = plain(hv.get(key))
     except Exception as exc:  # an undecryptable vault value or a failing template: name the variable
         text = str(exc).strip().splitlines()
         return None, (text[0] if text else type(exc).__name__)
+    knob = KNOB_BY_NAME.get(key)
+    return (_role_coerce(knob.type, value) if knob is not None else value), None
 
 
 def check_variables(
