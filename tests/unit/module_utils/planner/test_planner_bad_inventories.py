@@ -161,7 +161,7 @@ CASES = [
         "h100",
         set_all(llmb_engine_version="0.8.5.post1"),
         "engine-version",
-        ["no flag set for vllm 0.8.5.post1"],
+        ["llmb_engine_version: 0.8.5.post1 is not shipped; shipped for vllm: "],
     ),
     (
         "dp-not-spread-evenly",

@@ -38,3 +38,10 @@ def test_extra_var_text_plans_like_the_integer():
 def test_extra_var_text_that_does_not_convert_names_the_variable():
     (p,) = [p for p in _problems("h800", llmb_pipeline_parallel="two") if p.check == "type"]
     assert "llmb_pipeline_parallel" in p.message and "'two' does not convert" in p.fix
+
+
+# ------------------------------------------------ 7. messages name the variable and the valid set
+def test_unshipped_engine_version_names_the_variable_and_the_shipped_releases():
+    (p,) = [p for p in _problems("h100", llmb_engine_version="0.99.9") if p.check == "engine-version"]
+    assert p.message.startswith("llmb_engine_version: 0.99.9 is not shipped; shipped for vllm: ")
+    assert "0.19.1" in p.message
