@@ -706,7 +706,8 @@ def check_value(knob: Knob, value: Any) -> list[Problem]:
             )
     if problems:
         return problems
-    value = _role_coerce(knob.type, value)  # `-e key=value` gives text: converted as the roles' specs do
+    if "." not in name:  # `-e key=value` gives a top-level variable as text: converted as the roles' specs do
+        value = _role_coerce(knob.type, value)
     if not _type_ok(knob.type, value):
         hint = ""
         if knob.type in ("int", "float") and isinstance(value, str):

@@ -252,7 +252,7 @@ def per_device_weight_bytes(ctx: Context, topo: Topology) -> tuple[float, int, s
     """Weights each device holds (planner/memory.py decides)."""
     total = float(ctx.model.get("total_size_bytes") or 0)
     ep = bool(ctx.v.get("llmb_expert_parallel"))
-    return memory.weights_per_device(total, ctx.engine, topo.tp, topo.pp, topo.dp, ep)
+    return memory.weights_per_device(total, ctx.engine, topo.tp, topo.pp, topo.dp, ep, ctx.model)
 
 
 def check_fit(ctx: Context, topo: Topology, engine_args: dict[str, Any]) -> list[Problem]:

@@ -45,3 +45,79 @@ def test_unshipped_engine_version_names_the_variable_and_the_shipped_releases():
     (p,) = [p for p in _problems("h100", llmb_engine_version="0.99.9") if p.check == "engine-version"]
     assert p.message.startswith("llmb_engine_version: 0.99.9 is not shipped; shipped for vllm: ")
     assert "0.19.1" in p.message
+
+
+# ------------------------------------------------ 3. memory per device under every parallelism
+# Kimi-K2-Thinking (INT4): total_size_bytes 594,852,970,496; routed experts 384 x 60 layers x 3 x
+# 7168 x 2048 = 1,014,686,023,680 params x (0.5 + 2/32) bytes = 570,760,888,320 bytes; the rest,
+# 24,092,082,176 bytes, is attention, shared experts, dense MLP and embeddings in BF16.
+THINKING_TOTAL = 594_852_970_496
+THINKING_EXPERTS = 570_760_888_320
+THINKING_REST = THINKING_TOTAL - THINKING_EXPERTS
+GIB = 1024**3
+
+
+def _fit(planned):
+    from llmb.planner import memory
+    from llmb.planner.engines import ENGINES
+
+    ctx, topo = planned.ctx, planned.topology
+    ea, _ = ENGINES[ctx.engine].engine_args(ctx, topo)
+    fit, problems, _ = memory.estimate_plan(ctx, topo, ea.values)
+    assert fit is not None and not problems
+    return fit
+
+
+def test_expert_bytes_from_the_profile_quantization():
+    from llmb.catalog import Catalog
+    from llmb.planner import memory
+
+    model = Catalog(DATA).model("kimi-k2-thinking").raw
+    experts, formula = memory.expert_bytes(model)
+    assert experts == THINKING_EXPERTS
+    assert "0.5625 bytes (int4)" in formula
+
+
+def test_memory_tp_splits_everything():
+    fit = _fit(_plan("h200", llmb_decode_context_parallel=1))  # seed 003: TP8 on H200
+    assert fit.weights_bytes == THINKING_TOTAL / 8
+    # 140.4 GiB x 0.9 - 69.25 GiB - 10 GiB = 47.11 GiB (seed 003 log: 46.80 GiB, +0.7%)
+    assert round(fit.kv_available_bytes / GIB, 2) == 47.11
+
+
+def test_memory_dcp_multiplies_tokens_not_weights():
+    tp = _fit(_plan("h200", llmb_decode_context_parallel=1))
+    dcp = _fit(_plan("h200"))
+    assert dcp.weights_bytes == tp.weights_bytes
+    assert dcp.kv_tokens == tp.kv_tokens * 8
+
+
+def test_memory_tp_pp_splits_everything_by_both():
+    planned = _plan("sim")
+    fit = _fit(planned)
+    assert fit.weight_shards == 16 and fit.weights_bytes == fit.total_bytes / 16
+
+
+def test_memory_dp_ep_holds_the_replicated_part_whole():
+    """Before: 594.9 GB / 16 = 34.62 GiB a rank; true: 24.09 GB + 570.76 GB / 16 = 55.66 GiB."""
+    fit = _fit(_plan("h800-dp-ep"))
+    assert fit.weights_bytes == THINKING_REST + THINKING_EXPERTS / 16
+    assert round(fit.weights_bytes / GIB, 2) == 55.66
+    assert fit.weights_bytes - THINKING_TOTAL / 16 > 20 * GIB  # the issue's "about 20 GiB"
+
+
+def test_memory_dp_ep_fp8_recipe_on_h800_is_refused():
+    """Seed 002's DP16 + EP with the FP8 checkpoint on H800 passed with a warning; every rank holds
+    14.07 GB + 1,014.93 GB / 16 = 72.18 GiB of weights, over 79.6 GiB x 0.85 = 67.70 GiB."""
+    problems = _problems("h800-dp-ep", llmb_model="kimi-k2-instruct")
+    (p,) = [p for p in problems if p.check == "memory-fit"]
+    assert "(72.18 GiB)" in p.message and "67.70 GiB" in p.message
+
+
+def test_memory_pd_groups_dp_attention_holds_attention_per_attention_group():
+    """4P12D prefill TP32 / DP32 with DP attention: attention TP 1, so 14.07 GB + 1,014.93 GB / 32."""
+    planned = _plan("h200-4p12d")
+    (prefill,) = [n for n in planned.notes if "--context-length 131,072" in n and "memory" in n]
+    assert "TP 32 / DP 32 attention" in prefill and "(42.64 GiB)" in prefill
+    (decode,) = [n for n in planned.notes if "--context-length 2,176" in n and "memory" in n]
+    assert "(22.95 GiB)" in decode
