@@ -30,7 +30,7 @@ from .exposure import confine_listeners
 from .inventory import GROUP, Deployment, Knob, Node, check_value
 from .model import HostPlan, PlanError, Problem
 from .topology import EVEN_SPLIT, Topology
-from .validation import check_image, check_model, check_ports, check_resolved
+from .validation import check_image, check_model, check_model_limits, check_ports, check_resolved
 
 VAR = "llmb_disaggregation"
 ROLES = ("prefill", "decode")
@@ -345,6 +345,7 @@ def plan(ctx: Any, engine: Any, problems: list[Problem], source: str) -> Any:
         if found:
             continue
         problems += check_resolved(g.ctx, topo)
+        problems += check_model_limits(g.ctx, topo, ea.values, f"the {g.role} group {g.name!r}: ")
         ib = {n.name: _ib_device(ctx, g, n, problems) for n in g.ctx.dep.nodes}
         g.plans = engine.pd_services(g.ctx, g.role, topo, ea, ib)
         fit = memory.check_fit(g.ctx, topo, ea.values)

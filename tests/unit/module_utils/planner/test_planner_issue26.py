@@ -121,3 +121,31 @@ def test_memory_pd_groups_dp_attention_holds_attention_per_attention_group():
     assert "TP 32 / DP 32 attention" in prefill and "(42.64 GiB)" in prefill
     (decode,) = [n for n in planned.notes if "--context-length 2,176" in n and "memory" in n]
     assert "(22.95 GiB)" in decode
+
+
+# ------------------------------------------------ 4. model limits
+def test_context_over_the_model_limit_is_refused_with_the_numbers():
+    """h800-dp-ep's Kimi-K2-Thinking allows 262,144; 300,000 passed before (the engine refuses)."""
+    problems = _problems("h800-dp-ep", llmb_engine_args={"max-model-len": 300000})
+    (p,) = [p for p in problems if p.check == "model-limit"]
+    assert "--max-model-len 300,000 is over kimi-k2-thinking's context limit 262,144" in p.message
+    assert "VLLM_ALLOW_LONG_MAX_MODEL_LEN" in p.fix
+
+
+def test_context_over_the_limit_in_a_pd_group_is_refused():
+    hv, groups = load_inventory("h200-1p1d")
+    for host in hv.values():
+        dis = host["llmb_disaggregation"]
+        host["llmb_disaggregation"] = {**dis, "decode": {**dis["decode"], "context_length": 400000}}
+    with pytest.raises(PlanError) as err:
+        plan_inventory(hv, groups, DATA)
+    (p,) = [p for p in err.value.problems if p.check == "model-limit"]
+    assert p.message.startswith("the decode group") and "--context-length 400,000" in p.message
+
+
+def test_tensor_parallel_not_dividing_the_heads_is_refused():
+    """TP 12 on a 16-NPU A3 node: 64 heads / 12 passed before; vLLM refuses at start."""
+    problems = _problems("a3", llmb_tensor_parallel=12)
+    (p,) = [p for p in problems if p.check == "model-limit"]
+    assert "TP 12 = 12 does not divide the 64 attention heads" in p.message
+    assert "1, 2, 4, 8, 16, 32, 64" in p.expected
