@@ -12,6 +12,7 @@ report: "{{ problems | llmb_plan_report }}"                 # multi-line text fo
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -44,6 +45,7 @@ def llmb_deployment(
         str(artifacts_dir) if artifacts_dir else None,
         data_dir,
         host_set=host_set_of(hostvars),
+        inventory_files=inventory_files_of(hostvars),
     )
     if inventory_dir:
         doc = pin(doc, hostvars, dict(groups), str(inventory_dir), write=not check_mode)
@@ -58,6 +60,16 @@ def llmb_deployment_json(doc):
 def llmb_deployment_host(doc, host):
     """One host's view: every shared section, and `host` = its own entry (address, rank, patches, plan)."""
     return host_view(dict(doc), str(host))
+
+
+def inventory_files_of(hostvars) -> list[str] | None:
+    """The YAML files of the play's inventory sources (None: cannot tell)."""
+    inventory = getattr(hostvars, "_inventory", None)
+    if inventory is None:
+        return None
+    from llmb.planner.yamlkeys import inventory_files
+
+    return [f for s in getattr(inventory, "_sources", []) if s and os.path.exists(s) for f in inventory_files(s)]
 
 
 def host_set_of(hostvars) -> dict[str, list[str]] | None:

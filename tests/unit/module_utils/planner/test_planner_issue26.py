@@ -149,3 +149,45 @@ def test_tensor_parallel_not_dividing_the_heads_is_refused():
     (p,) = [p for p in problems if p.check == "model-limit"]
     assert "TP 12 = 12 does not divide the 64 attention heads" in p.message
     assert "1, 2, 4, 8, 16, 32, 64" in p.expected
+
+
+# ------------------------------------------------ 5. duplicate keys in the inventory's YAML
+def _copy_inventory(tmp_path, name):
+    import shutil
+
+    dest = tmp_path / name
+    shutil.copytree(REPO / "inventories" / name, dest)
+    return dest
+
+
+@pytest.mark.parametrize(
+    "where, text, key",
+    [
+        ("group_vars/all/llmb.yml", "\nllmb_tensor_parallel: 4\nllmb_tensor_parallel: 8\n", "llmb_tensor_parallel"),
+        ("host_vars/gpu-h100-01.yml", "llmb_node_ip: 10.0.0.1\nllmb_node_ip: 10.0.0.2\n", "llmb_node_ip"),
+        ("hosts.yml", None, "all.children.accel_nodes.hosts.gpu-h100-01.ansible_host"),
+    ],
+)
+def test_duplicate_key_is_refused_naming_file_line_and_key(tmp_path, where, text, key):
+    import subprocess
+    import sys
+
+    inv = _copy_inventory(tmp_path, "h100")
+    path = inv / where
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if text is None:  # a second ansible_host under the host in hosts.yml
+        lines = path.read_text().splitlines()
+        i = next(i for i, line in enumerate(lines) if "ansible_host:" in line)
+        lines.insert(i + 1, lines[i])
+        path.write_text("\n".join(lines) + "\n")
+    else:
+        path.write_text((path.read_text() if path.exists() else "") + text)
+    lines = path.read_text().splitlines()
+    last = max(i for i, line in enumerate(lines) if line.strip().startswith(key.rsplit(".", 1)[-1] + ":")) + 1
+    for extra in ([], ["--deployment"]):
+        out = subprocess.run(
+            [sys.executable, str(REPO / "scripts" / "launch-plan"), "-i", str(inv), "--check", *extra],
+            capture_output=True, text=True, timeout=120,
+        )
+        assert out.returncode == 2, out.stderr
+        assert f"[yaml-duplicate-key] {path}:{last}: the key {key} is given twice" in out.stderr, out.stderr
