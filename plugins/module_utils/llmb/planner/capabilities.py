@@ -39,6 +39,9 @@ class EngineCaps:
     max_len_flag: str | None = None
     kv_dtype_flag: str | None = None
     memory_model: str = "budget"
+    # why the engine cannot take an IPv6 cluster address with several nodes (None: it can; every
+    # host:port the planner writes is joined by ports.host_port, brackets included)
+    ipv6_refused: str | None = None
 
     def __post_init__(self) -> None:
         unknown = [m for m in self.modes if m not in MODES]

@@ -232,6 +232,18 @@ def check_multinode(ctx: Context, caps: EngineCaps) -> list[Problem]:
         )
     what = caps.head_address_use
     for node in ctx.dep.nodes:
+        if caps.ipv6_refused and ":" in node.address:
+            problems.append(
+                Problem(
+                    "network",
+                    f"{ctx.engine} cannot use the IPv6 cluster address {node.address} of {node.name}: "
+                    f"{caps.ipv6_refused}",
+                    found=f"{node.name}: {node.address}",
+                    expected="an IPv4 address or a host name that resolves on every node",
+                    fix=f"set llmb_node_ip (or ansible_host) of {node.name} to its IPv4 cluster address or host name",
+                    host=node.name,
+                )
+            )
         if is_loopback(node.address):
             role = "head" if node is head else "node"
             problems.append(

@@ -191,3 +191,60 @@ def test_duplicate_key_is_refused_naming_file_line_and_key(tmp_path, where, text
         )
         assert out.returncode == 2, out.stderr
         assert f"[yaml-duplicate-key] {path}:{last}: the key {key} is given twice" in out.stderr, out.stderr
+
+
+# ------------------------------------------------ 2. addresses of either family
+def _plan_v6(name: str, hosts: list[str], **overrides):
+    hv, groups = load_inventory(name)
+    for i, h in enumerate(hosts):
+        hv[h]["llmb_node_ip"] = f"fd00::{11 + i}"
+    for host in hv.values():
+        host.update(overrides)
+    return plan_inventory(hv, groups, DATA)
+
+
+def _argv(planned, host, name):
+    (h,) = [h for h in planned.to_list() if h["host"] == host]
+    return next(s for s in h["services"] if s["name"] == name)
+
+
+def test_host_port_brackets_ipv6_only():
+    from llmb.ports import host_port, http_url
+
+    assert host_port("fd00::11", 50000) == "[fd00::11]:50000"
+    assert host_port("[fd00::11]", 1) == "[fd00::11]:1"
+    assert host_port("10.0.0.1", 8000) == "10.0.0.1:8000"
+    assert host_port("node-1.example", 8000) == "node-1.example:8000"
+    assert http_url("fd00::11", 8000, "/v1") == "http://[fd00::11]:8000/v1"
+
+
+def test_sglang_dist_init_addr_and_urls_bracket_ipv6():
+    """`--dist-init-addr fd00::11:50000` was planned; SGLang 0.5.5 (server_args.py, configure_ipv6)
+    reads "[fd00::11]:50000"."""
+    planned = _plan_v6("h200-sglang", ["gpu-h200-01", "gpu-h200-02"])
+    for host in ("gpu-h200-01", "gpu-h200-02"):
+        svc = _argv(planned, host, "llmb-sglang")
+        argv = svc["argv"]
+        assert argv[argv.index("--dist-init-addr") + 1] == "[fd00::11]:50000"
+    head = _argv(planned, "gpu-h200-01", "llmb-sglang")
+    assert head["api"]["base_url"] == "http://[fd00::11]:8000/v1"
+    assert head["health"]["url"].startswith("http://[fd00::11]:8000/")
+
+
+def test_ray_address_brackets_ipv6():
+    """Ray 2.51.1 parses "[fd00::11]:6379" (ray/_common/network_utils.parse_address)."""
+    planned = _plan_v6("h800", ["gpu-h800-01", "gpu-h800-02"])
+    worker = _argv(planned, "gpu-h800-02", "llmb-ray")["argv"]
+    assert worker[worker.index("--address") + 1] == "[fd00::11]:6379"
+    vllm = _argv(planned, "gpu-h800-01", "llmb-vllm")
+    assert vllm["env"]["RAY_ADDRESS"] == "[fd00::11]:6379"
+
+
+def test_trtllm_ipv6_cluster_address_is_refused_with_the_reason():
+    hv, groups = load_inventory("h200-trtllm")
+    hv["gpu-h200-02"]["llmb_node_ip"] = "fd00::12"
+    with pytest.raises(PlanError) as err:
+        plan_inventory(hv, groups, DATA)
+    (p,) = [p for p in err.value.problems if p.check == "network"]
+    assert "trtllm cannot use the IPv6 cluster address fd00::12 of gpu-h200-02" in p.message
+    assert "host:slots" in p.message and "llmb_node_ip" in p.fix

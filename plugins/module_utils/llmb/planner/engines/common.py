@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...layout import engine_venv
+from ...ports import http_url
 from .. import containers
 from ..context import Context
 from ..exposure import api_key_auth
@@ -147,7 +148,7 @@ def venv_bin(ctx: Context, exe: str) -> str:
 def health_block(ctx: Context, node: Node) -> dict[str, Any]:
     port = ctx.v["llmb_api_port"]
     return {
-        "url": f"http://{node.address}:{port}/health",
+        "url": http_url(node.address, port, "/health"),
         "host": node.address,
         "port": port,
         "path": "/health",
@@ -164,7 +165,7 @@ def api_block(ctx: Context, topo: Topology, node: Node, engine_args: dict[str, A
     if topo.caps.tool_choice_flag:
         tools = tools and bool(engine_args.get(topo.caps.tool_choice_flag))
     return {
-        "base_url": f"http://{node.address}:{ctx.v['llmb_api_port']}/v1",
+        "base_url": http_url(node.address, ctx.v["llmb_api_port"], "/v1"),
         "served_model_name": ctx.served_name,
         "reasoning": reasoning,
         "tool_calls": tools,

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ...ports import http_url
 from ..capabilities import EngineCaps
 from ..context import Context
 from ..flags import EngineArgs, overlay_for
@@ -120,6 +121,6 @@ def services(ctx: Context, topo: Topology, ea: EngineArgs) -> list[HostPlan]:
     # the server (ktransformers/server/api, v0.3.2) has no /health: healthy when /v1/models answers
     # (llmb_service_ready asks url, then url's directory + models_path)
     port = ctx.v["llmb_api_port"]
-    svc.health = dict(svc.health or {}, url=f"http://{node.address}:{port}/v1/models", path="/v1/models",
+    svc.health = dict(svc.health or {}, url=http_url(node.address, port, "/v1/models"), path="/v1/models",
                       models_path="/models")
     return [hp]

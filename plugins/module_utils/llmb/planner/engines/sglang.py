@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from ...ports import host_port, http_url
 from .. import containers
 from .. import topology as shared
 from ..capabilities import EngineCaps
@@ -50,7 +51,7 @@ def engine_args(ctx: Context, topo: Topology) -> tuple[EngineArgs, list[Problem]
     ]
     if topo.nodes > 1:
         flags += [
-            ("--dist-init-addr", f"{ctx.dep.head.address}:{v['llmb_sglang_dist_port']}"),
+            ("--dist-init-addr", host_port(ctx.dep.head.address, v["llmb_sglang_dist_port"])),
             ("--nnodes", topo.nodes),
         ]
     return common.build_engine_args(ctx, flags)
@@ -151,7 +152,7 @@ def pd_services(
                 continue
             svc.api = None
             svc.health = dict(svc.health or common.health_block(ctx, head), url=(
-                f"http://{head.address}:{ctx.v['llmb_api_port']}/health"), host=head.address)
+                http_url(head.address, ctx.v["llmb_api_port"], "/health")), host=head.address)
             if role == "prefill":
                 svc.ports.append({"port": bootstrap_port(ctx), "purpose": "disaggregation-bootstrap"})
     return plans
@@ -178,8 +179,8 @@ def pd_router(ctx: Context, node: Node, prefill: Any, decode: Any, cfg: dict[str
     port = int(rcfg.get("port") or 8000)
     api_port = v["llmb_api_port"]
     subst = {
-        "prefill_url": f"http://{prefill.head.address}:{api_port}",
-        "decode_url": f"http://{decode.head.address}:{api_port}",
+        "prefill_url": http_url(prefill.head.address, api_port),
+        "decode_url": http_url(decode.head.address, api_port),
         "bootstrap_port": str(bootstrap_port(ctx)),
         "host": str(v["llmb_api_host"]),
         "port": str(port),
@@ -209,8 +210,8 @@ def pd_router(ctx: Context, node: Node, prefill: Any, decode: Any, cfg: dict[str
         penv, pdevices, pmounts, pcontainer = common.platform_bits(ctx)
         svc = containers.containerize(ctx, svc, containers.default_image(ctx), [], [], pcontainer)
     svc.ports = [{"port": port, "purpose": "api"}]
-    svc.health = dict(common.health_block(ctx, node), url=f"http://{node.address}:{port}/health", port=port)
+    svc.health = dict(common.health_block(ctx, node), url=http_url(node.address, port, "/health"), port=port)
     svc.api = dict(common.api_block(ctx, prefill.topo, node, prefill.args.values),
-                   base_url=f"http://{node.address}:{port}/v1")
+                   base_url=http_url(node.address, port, "/v1"))
     svc.ready = common.ready_tcp(ctx, node, port)
     return svc, []
