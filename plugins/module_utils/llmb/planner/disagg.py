@@ -356,6 +356,7 @@ def plan(ctx: Any, engine: Any, problems: list[Problem], source: str) -> Any:
         raise PlanError(problems, source)
 
     prefill, decode = groups
+    problems += engine.pd_agreement(ctx, prefill, decode)  # one pass over what each group uses of the other
     router_cfg = cfg.get("router") or {}
     router_host = router_cfg.get("host") or prefill.head.name
     if router_host not in owner:

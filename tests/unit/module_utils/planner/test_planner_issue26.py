@@ -248,3 +248,56 @@ def test_trtllm_ipv6_cluster_address_is_refused_with_the_reason():
     (p,) = [p for p in err.value.problems if p.check == "network"]
     assert "trtllm cannot use the IPv6 cluster address fd00::12 of gpu-h200-02" in p.message
     assert "host:slots" in p.message and "llmb_node_ip" in p.fix
+
+
+# ------------------------------------------------ 1. cross-service agreement (prefill/decode)
+def _pd(change):
+    hv, groups = load_inventory("h200-1p1d")
+    for host in hv.values():
+        dis = {k: (dict(v) if isinstance(v, dict) else v) for k, v in host["llmb_disaggregation"].items()}
+        change(dis)
+        host["llmb_disaggregation"] = dis
+    return hv, groups
+
+
+def _router_argv(planned):
+    return next(s["argv"] for h in planned.to_list() for s in h["services"] if s["name"] == "llmb-sglang-router")
+
+
+def test_router_reads_the_bootstrap_port_the_prefill_group_binds():
+    """The prefill group's engine_args moves the bootstrap port; the router kept 8998 before."""
+    def change(dis):
+        dis.pop("bootstrap_port")
+        dis["prefill"]["engine_args"] = {"disaggregation-bootstrap-port": 9100}
+
+    hv, groups = _pd(change)
+    planned = plan_inventory(hv, groups, DATA)
+    argv = _router_argv(planned)
+    assert argv[argv.index("--prefill") + 2] == "9100"
+    prefill = next(s for h in planned.to_list() for s in h["services"] if s["name"] == "llmb-sglang-prefill")
+    assert {"port": 9100, "purpose": "disaggregation-bootstrap"} in prefill["ports"]
+
+
+def test_groups_with_different_transfer_backends_are_refused_naming_both():
+    def change(dis):
+        dis["decode"]["engine_args"] = {"disaggregation-transfer-backend": "nixl"}
+
+    hv, groups = _pd(change)
+    with pytest.raises(PlanError) as err:
+        plan_inventory(hv, groups, DATA)
+    (p,) = [p for p in err.value.problems if p.check == "disaggregation"]
+    assert "disagree on --disaggregation-transfer-backend: mooncake (the release's default) and nixl" in p.message
+    assert "llmb_disaggregation.decode.engine_args" in p.message
+
+
+def test_backend_set_at_both_levels_is_refused_not_dropped():
+    def change(dis):
+        dis["transfer_backend"] = "mooncake"
+        dis["prefill"]["engine_args"] = {"disaggregation-transfer-backend": "nixl"}
+
+    hv, groups = _pd(change)
+    with pytest.raises(PlanError) as err:
+        plan_inventory(hv, groups, DATA)
+    msgs = [p.message for p in err.value.problems if p.check == "disaggregation"]
+    assert any("is nixl in llmb_disaggregation.prefill.engine_args" in m
+               and "but llmb_disaggregation.transfer_backend is mooncake" in m for m in msgs), msgs

@@ -114,21 +114,70 @@ def pd_group_values(
     for key, flag in (("memory_fraction", "--mem-fraction-static"), ("context_length", "--context-length")):
         if gcfg.get(key) is not None:
             ea.set(flag, gcfg[key], f"{where}.{key}")
-    if cfg.get("bootstrap_port") is not None:
-        ea.set("--disaggregation-bootstrap-port", cfg["bootstrap_port"], f"{PD_VAR}.bootstrap_port")
-    if cfg.get("transfer_backend") is not None:
-        ea.apply_token("--disaggregation-transfer-backend", cfg["transfer_backend"],
-                       f"{PD_VAR}.transfer_backend", common.OWNER_HINT)
+    for key, flag in (("bootstrap_port", "--disaggregation-bootstrap-port"),
+                      ("transfer_backend", "--disaggregation-transfer-backend")):
+        if cfg.get(key) is None:
+            continue
+        origin = ea.origin.get(flag, "")
+        if flag in ea.values and origin != "planner" and str(ea.values[flag]) != str(cfg[key]):
+            # set at both levels: one would be dropped without a word
+            ea.problems.append(Problem(
+                "disaggregation",
+                f"{flag} is {ea.values[flag]} in {origin} but {PD_VAR}.{key} is {cfg[key]}: the {role} group "
+                "would take one and drop the other",
+                found=f"{origin}: {ea.values[flag]}, {PD_VAR}.{key}: {cfg[key]}",
+                expected="one value, set once",
+                fix=f"remove {flag.lstrip('-')} from {origin} and keep {PD_VAR}.{key}",
+            ))
+            continue
+        ea.apply_token(flag, cfg[key], f"{PD_VAR}.{key}", common.OWNER_HINT)
     return dict(ea.values), ea.problems[before:]
 
 
-def bootstrap_port(ctx: Context) -> int:
-    """The prefill group's bootstrap port: the inventory's, else the release's parser default."""
-    given = (ctx.v.get(PD_VAR) or {}).get("bootstrap_port")
-    if given is not None:
+def _effective(ctx: Context, values: dict[str, Any], flag: str) -> Any:
+    """A group's value of a flag: its resolved args, else the release's parser default."""
+    if flag in values:
+        return values[flag]
+    return (ctx.flagset.flags.get(flag) or {}).get("default")
+
+
+def bootstrap_port(ctx: Context, values: dict[str, Any]) -> int:
+    """The bootstrap port the prefill group binds: its resolved args (the group's engine_args,
+    llmb_engine_args or llmb_disaggregation.bootstrap_port), else the release's parser default. The
+    router reads it from there: one source for both services."""
+    given = _effective(ctx, values, "--disaggregation-bootstrap-port")
+    try:
         return int(given)
-    default = (ctx.flagset.flags.get("--disaggregation-bootstrap-port") or {}).get("default")
-    return int(default) if isinstance(default, int) and not isinstance(default, bool) else 8998
+    except (TypeError, ValueError):
+        return 8998
+
+
+# values the two groups must agree on: the KV cache one group sends the other (transfer backend,
+# page size, element type) and the model name the router serves
+PD_AGREE = ("--disaggregation-transfer-backend", "--page-size", "--kv-cache-dtype", "--served-model-name")
+
+
+def pd_agreement(ctx: Context, prefill: Any, decode: Any) -> list[Problem]:
+    """The prefill and decode groups agree on every value one uses to reach the other (PD_AGREE)."""
+    problems = []
+    for flag in PD_AGREE:
+        if flag not in ctx.flagset.flags:
+            continue
+        a = _effective(ctx, prefill.args.values, flag)
+        b = _effective(ctx, decode.args.values, flag)
+        if str(a) != str(b):
+            wa = prefill.args.origin.get(flag, "the release's default")
+            wb = decode.args.origin.get(flag, "the release's default")
+            problems.append(Problem(
+                "disaggregation",
+                f"the prefill group {prefill.name!r} and the decode group {decode.name!r} disagree on {flag}: "
+                f"{a} ({wa}) and {b} ({wb}); the KV cache one sends the other (or the name the router serves) "
+                "must be the same",
+                found=f"prefill: {a}, decode: {b}",
+                expected="one value for both groups",
+                fix=f"set {flag.lstrip('-')} once, in llmb_engine_args (or both groups' engine_args alike)",
+            ))
+    return problems
 
 
 def pd_services(
@@ -154,7 +203,7 @@ def pd_services(
             svc.health = dict(svc.health or common.health_block(ctx, head), url=(
                 http_url(head.address, ctx.v["llmb_api_port"], "/health")), host=head.address)
             if role == "prefill":
-                svc.ports.append({"port": bootstrap_port(ctx), "purpose": "disaggregation-bootstrap"})
+                svc.ports.append({"port": bootstrap_port(ctx, ea.values), "purpose": "disaggregation-bootstrap"})
     return plans
 
 
@@ -181,7 +230,7 @@ def pd_router(ctx: Context, node: Node, prefill: Any, decode: Any, cfg: dict[str
     subst = {
         "prefill_url": http_url(prefill.head.address, api_port),
         "decode_url": http_url(decode.head.address, api_port),
-        "bootstrap_port": str(bootstrap_port(ctx)),
+        "bootstrap_port": str(bootstrap_port(ctx, prefill.args.values)),  # what the prefill servers bind
         "host": str(v["llmb_api_host"]),
         "port": str(port),
     }
