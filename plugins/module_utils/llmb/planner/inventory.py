@@ -227,6 +227,14 @@ KNOBS: tuple[Knob, ...] = (
         "(default: the verify stage's lscpu flags; without them, no AMX rules)",
         per_host=True,
     ),
+    Knob(
+        "llmb_ktransformers_rules",
+        "str",
+        None,
+        "KTransformers' GPU/CPU split: a rules file the release ships for the model, by GPU count, e.g. "
+        "DeepSeek-V3-Chat-multi-gpu-4.yaml (default: one GPU, the AMX rules where the CPU has AMX)",
+        format="name",
+    ),
     _port("llmb_sshd_port", 2233, "sshd inside the engine container for mpirun (TRT-LLM)"),
     Knob(
         "llmb_ssh_mesh_dir",

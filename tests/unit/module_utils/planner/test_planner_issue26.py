@@ -301,3 +301,28 @@ def test_backend_set_at_both_levels_is_refused_not_dropped():
     msgs = [p.message for p in err.value.problems if p.check == "disaggregation"]
     assert any("is nixl in llmb_disaggregation.prefill.engine_args" in m
                and "but llmb_disaggregation.transfer_backend is mooncake" in m for m in msgs), msgs
+
+
+# ------------------------------------------------ 8. the limits lifted
+def test_ktransformers_rules_file_for_four_gpus():
+    """--optimize_config_path was planner-owned with no knob: one GPU only."""
+    planned = _plan("ktransformers", llmb_ktransformers_rules="DeepSeek-V3-Chat-multi-gpu-4.yaml")
+    (host,) = planned.to_list()
+    argv = next(s["argv"] for s in host["services"] if s["name"] == "llmb-ktransformers")
+    path = argv[argv.index("--optimize_config_path") + 1]
+    assert path.endswith("/site-packages/ktransformers/optimize/optimize_rules/DeepSeek-V3-Chat-multi-gpu-4.yaml")
+
+
+def test_ktransformers_rules_not_shipped_lists_them_by_gpu_count():
+    (p,) = [p for p in _problems("ktransformers", llmb_ktransformers_rules="DeepSeek-V3-Chat-multi-gpu-16.yaml")
+            if p.check == "choice"]
+    assert "is not a rules file ktransformers 0.3.2 ships" in p.message
+    assert "4 GPUs: DeepSeek-V3-Chat-multi-gpu-4.yaml" in p.message and "8 GPUs: DeepSeek-V3-Chat-multi-gpu-8.yaml" in p.message
+
+
+def test_ktransformers_rules_for_more_gpus_than_the_node_has():
+    problems = _problems("ktransformers", llmb_platform="h200-x2",
+                         llmb_ktransformers_rules="DeepSeek-V3-Chat-multi-gpu-4.yaml")
+    (p,) = [p for p in problems if p.check == "parallelism"]
+    assert "DeepSeek-V3-Chat-multi-gpu-4.yaml places modules on 4 GPUs; h200-x2 has 2 a node" in p.message
+    assert "DeepSeek-V3-Chat-multi-gpu.yaml" in p.expected
