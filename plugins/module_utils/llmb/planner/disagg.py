@@ -55,6 +55,8 @@ GROUP_KEYS: dict[str, Knob] = {
              keys="flag_name"),
         Knob("engine_env", "dict", {}, "the group's environment over llmb_engine_env", keys="env_key",
              values="scalar"),
+        Knob("instances", "int", 1, "independent instances of the role behind the one router: the group's "
+             "nodes split evenly, each instance its own cluster with the group's sizes", min=1, max=4096),
     )
 }
 ROUTER_KEYS: dict[str, Knob] = {
@@ -316,7 +318,25 @@ def plan(ctx: Any, engine: Any, problems: list[Problem], source: str) -> Any:
                 )
             owner[n.name] = role
         if nodes:
-            groups.append(Group(role, gname, gcfg, _group_ctx(ctx, role, nodes, gcfg)))
+            k = gcfg.get("instances") or 1
+            if len(nodes) % k:
+                problems.append(
+                    Problem(
+                        check="disaggregation",
+                        message=f"the {role} group {gname!r} has {len(nodes)} node(s), which do not split into "
+                        f"{k} instances of equal size",
+                        found=f"{VAR}.{role}.instances: {k}, {len(nodes)} hosts in {gname}",
+                        expected=f"instances dividing {len(nodes)}: "
+                        + ", ".join(str(d) for d in range(1, len(nodes) + 1) if len(nodes) % d == 0),
+                        fix=f"set {VAR}.{role}.instances to a divisor of the node count, or add nodes",
+                    )
+                )
+                continue
+            size = len(nodes) // k
+            for i in range(k):
+                part = [Node(n.name, n.address, r) for r, n in enumerate(nodes[i * size:(i + 1) * size])]
+                name = gname if k == 1 else f"{gname}[{i}]"
+                groups.append(Group(role, name, gcfg, _group_ctx(ctx, role, part, gcfg)))
     idle = [n.name for n in ctx.dep.nodes if n.name not in owner]
     if idle:
         problems.append(
@@ -327,7 +347,7 @@ def plan(ctx: Any, engine: Any, problems: list[Problem], source: str) -> Any:
                 fix="put them in one of the groups, or out of accel_nodes",
             )
         )
-    if len(groups) != 2 or problems:
+    if {g.role for g in groups} != set(ROLES) or problems:
         raise PlanError(problems, source)
 
     for g in groups:
@@ -355,8 +375,11 @@ def plan(ctx: Any, engine: Any, problems: list[Problem], source: str) -> Any:
     if problems:
         raise PlanError(problems, source)
 
-    prefill, decode = groups
-    problems += engine.pd_agreement(ctx, prefill, decode)  # one pass over what each group uses of the other
+    prefills = [g for g in groups if g.role == "prefill"]
+    decodes = [g for g in groups if g.role == "decode"]
+    prefill = prefills[0]
+    for other in groups[1:]:  # one pass over what each instance uses of the others
+        problems += engine.pd_agreement(ctx, prefill, other)
     router_cfg = cfg.get("router") or {}
     router_host = router_cfg.get("host") or prefill.head.name
     if router_host not in owner:
@@ -372,7 +395,7 @@ def plan(ctx: Any, engine: Any, problems: list[Problem], source: str) -> Any:
         raise PlanError(problems, source)
     plans = {hp.host: hp for g in groups for hp in g.plans}
     router_node = next(n for n in ctx.dep.nodes if n.name == router_host)
-    svc, rproblems = engine.pd_router(ctx, router_node, prefill, decode, cfg)
+    svc, rproblems = engine.pd_router(ctx, router_node, prefills, decodes, cfg)
     problems += rproblems
     if svc is not None:
         plans[router_host].services.append(svc)

@@ -326,3 +326,45 @@ def test_ktransformers_rules_for_more_gpus_than_the_node_has():
     (p,) = [p for p in problems if p.check == "parallelism"]
     assert "DeepSeek-V3-Chat-multi-gpu-4.yaml places modules on 4 GPUs; h200-x2 has 2 a node" in p.message
     assert "DeepSeek-V3-Chat-multi-gpu.yaml" in p.expected
+
+
+def _pd4(change):
+    hv, groups = load_inventory("h200-4p12d")
+    for host in hv.values():
+        dis = {k: (dict(v) if isinstance(v, dict) else v) for k, v in host["llmb_disaggregation"].items()}
+        change(dis)
+        host["llmb_disaggregation"] = dis
+    return hv, groups
+
+
+def test_two_prefill_instances_behind_one_router():
+    """4P12D's four prefill nodes as two independent TP16 instances (it was one cluster only)."""
+    def change(dis):
+        dis["prefill"].update(instances=2, tensor_parallel=16, data_parallel=16)
+
+    hv, groups = _pd4(change)
+    planned = plan_inventory(hv, groups, DATA)
+    hosts = planned.to_list()
+    heads = [h["host"] for h in hosts for s in h["services"]
+             if s["name"] == "llmb-sglang-prefill" and s.get("health")]
+    assert len(heads) == 2
+    argv = _router_argv(planned)
+    prefill_at = [i for i, t in enumerate(argv) if t == "--prefill"]
+    assert len(prefill_at) == 2 and argv.count("--decode") == 1
+    addresses = {h["host"]: h["address"] for h in hosts}
+    for i, head in zip(prefill_at, heads, strict=True):
+        assert argv[i + 1] == f"http://{addresses[head]}:30000" and argv[i + 2] == "8998"
+    router = next(s for h in hosts for s in h["services"] if s["name"] == "llmb-sglang-router")
+    assert len(router["depends_on"]) == 3
+    # each instance is its own cluster: node rank 0 and its own --dist-init-addr
+    inits = {s["argv"][s["argv"].index("--dist-init-addr") + 1] for h in hosts for s in h["services"]
+             if s["name"] == "llmb-sglang-prefill"}
+    assert len(inits) == 2
+
+
+def test_instances_that_do_not_split_the_group_are_refused():
+    hv, groups = _pd4(lambda dis: dis["prefill"].update(instances=3))
+    with pytest.raises(PlanError) as err:
+        plan_inventory(hv, groups, DATA)
+    (p,) = [p for p in err.value.problems if "instances" in p.message]
+    assert "4 node(s), which do not split into 3 instances" in p.message and "1, 2, 4" in p.expected

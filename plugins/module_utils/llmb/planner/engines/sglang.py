@@ -219,24 +219,51 @@ def router_rule(ctx: Context) -> dict[str, Any]:
     raise ValueError(f"data/engines/hand/{ctx.engine}.yml has no pd_router rule for {ctx.version}")
 
 
-def pd_router(ctx: Context, node: Node, prefill: Any, decode: Any, cfg: dict[str, Any]) -> tuple[Service | None,
-                                                                                                 list[Problem]]:
-    """The router on its host, started after both groups are healthy: the one endpoint of the deployment."""
+def _router_argv(rule: dict[str, Any], subst: dict[str, str], prefills: list[dict[str, str]],
+                 decodes: list[dict[str, str]]) -> list[str]:
+    """The rule's argv with its --prefill / --decode segment repeated once per instance (each with
+    that instance's URL and bootstrap port)."""
+    tokens = [str(t) for t in rule.get("argv") or []]
+    out: list[str] = []
+    i = 0
+    while i < len(tokens):
+        t = tokens[i]
+        if t in ("--prefill", "--decode"):
+            j = i + 1
+            while j < len(tokens) and tokens[j].startswith("{") and tokens[j] not in ("{host}", "{port}"):
+                j += 1
+            for inst in prefills if t == "--prefill" else decodes:
+                out += [t, *(s.format(**subst, **inst) for s in tokens[i + 1:j])]
+            i = j
+            continue
+        out.append(t.format(**subst))
+        i += 1
+    return out
+
+
+def pd_router(ctx: Context, node: Node, prefills: list[Any], decodes: list[Any], cfg: dict[str, Any]) -> tuple[
+        Service | None, list[Problem]]:
+    """The router on its host, started after every instance is healthy: the one endpoint of the
+    deployment. Each instance's URL and bootstrap port come from its own plan."""
     v = ctx.v
     rcfg = cfg.get("router") or {}
     rule = router_rule(ctx)
     port = int(rcfg.get("port") or 8000)
     api_port = v["llmb_api_port"]
-    subst = {
-        "prefill_url": http_url(prefill.head.address, api_port),
-        "decode_url": http_url(decode.head.address, api_port),
-        "bootstrap_port": str(bootstrap_port(ctx, prefill.args.values)),  # what the prefill servers bind
-        "host": str(v["llmb_api_host"]),
-        "port": str(port),
-    }
+    prefill = prefills[0]
+    if (len(prefills) > 1 or len(decodes) > 1) and rule.get("kind") != "sglang-router":
+        return None, [Problem("disaggregation", f"several instances of a role need sglang-router (--prefill / "
+                              f"--decode once per instance); {ctx.engine} {ctx.version} uses {rule.get('kind')}",
+                              found=f"{len(prefills)} prefill, {len(decodes)} decode instance(s)",
+                              fix=f"set {PD_VAR}.prefill/decode.instances to 1, or pin a newer release")]
+    subst = {"host": str(v["llmb_api_host"]), "port": str(port)}
+    p_inst = [{"prefill_url": http_url(g.head.address, api_port),
+               "bootstrap_port": str(bootstrap_port(ctx, g.args.values))}  # what that prefill instance binds
+              for g in prefills]
+    d_inst = [{"decode_url": http_url(g.head.address, api_port)} for g in decodes]
     container = v["llmb_install"] == "container"
     python = "python3" if container else common.venv_bin(ctx, "python")
-    argv = [python, "-m", str(rule["module"]), *(str(t).format(**subst) for t in rule.get("argv") or [])]
+    argv = [python, "-m", str(rule["module"]), *_router_argv(rule, subst, p_inst, d_inst)]
     if rcfg.get("policy"):
         if rule.get("kind") != "sglang-router":
             return None, [Problem("disaggregation", f"{PD_VAR}.router.policy needs sglang-router; {ctx.engine} "
@@ -245,12 +272,11 @@ def pd_router(ctx: Context, node: Node, prefill: Any, decode: Any, cfg: dict[str
         argv += ["--policy", str(rcfg["policy"])]
     svc = Service(name="llmb-sglang-router", kind="systemd", role="router", argv=argv, order=common.ORDER_API + 10,
                   env={"PYTHONUNBUFFERED": "1"})
-    svc.depends_on = [common.dep_ref(prefill.head, "llmb-sglang-prefill"),
-                      common.dep_ref(decode.head, "llmb-sglang-decode")]
+    svc.depends_on = [common.dep_ref(g.head, f"llmb-sglang-{g.role}") for g in (*prefills, *decodes)]
     svc.after_healthy = [
         dict(g.plans[0].services[0].health, role=g.role, group=g.name, node=g.head.name,
              service=g.plans[0].services[0].name)
-        for g in (prefill, decode)
+        for g in (*prefills, *decodes)
         if g.plans and g.plans[0].services and g.plans[0].services[0].health
     ]
     svc.notes = [f"{rule.get('kind')}: python -m {rule['module']}"
