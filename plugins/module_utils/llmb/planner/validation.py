@@ -379,6 +379,30 @@ def check_model_limits(ctx: Context, topo: Topology, engine_args: dict[str, Any]
                 "llmb_engine_env, at the model's own risk)",
             )
         )
+    moe = model.get("moe") if isinstance(model.get("moe"), dict) else {}
+    experts = moe.get("n_routed_experts")
+    a2a = engine_args.get("--moe-a2a-backend")
+    ep = topo.tp if a2a in ("deepep", "mooncake") else engine_args.get("--ep-size")
+    if isinstance(experts, int) and isinstance(ep, int) and not isinstance(ep, bool) and ep > 1:
+        # SGLang 0.5.5: --moe-a2a-backend deepep/mooncake sets the EP size to TP (server_args
+        # _handle_a2a_moe); every EP rank holds (routed + redundant) / EP experts, asserted at start
+        # (eplb/expert_location.py: num_physical_experts % ep_size == 0)
+        redundant = engine_args.get("--ep-num-redundant-experts") or 0
+        physical = experts + (redundant if isinstance(redundant, int) else 0)
+        if physical % ep:
+            why = f"TP {topo.tp} (--moe-a2a-backend {a2a})" if a2a in ("deepep", "mooncake") else f"--ep-size {ep}"
+            problems.append(
+                Problem(
+                    "model-limit",
+                    f"{where}EP size {ep} ({why}) does not divide the {physical} experts of {ctx.model_name} "
+                    f"({experts} routed + {physical - experts} redundant); {ctx.engine} asserts it at start",
+                    found=f"EP {ep}, {physical} experts",
+                    expected=f"an EP size dividing {physical}, or --ep-num-redundant-experts making "
+                    f"{experts} + redundant a multiple of {ep}",
+                    fix="set ep-num-redundant-experts in the engine args so that routed + redundant is a multiple "
+                    f"of {ep} (e.g. {(-experts) % ep}), or change the EP size",
+                )
+            )
     heads = model.get("num_attention_heads")
     if isinstance(heads, int) and not isinstance(heads, bool) and heads > 0:
         attn_tp = topo.tp

@@ -368,3 +368,16 @@ def test_instances_that_do_not_split_the_group_are_refused():
         plan_inventory(hv, groups, DATA)
     (p,) = [p for p in err.value.problems if "instances" in p.message]
     assert "4 node(s), which do not split into 3 instances" in p.message and "1, 2, 4" in p.expected
+
+
+def test_ep_size_not_dividing_the_experts_is_refused():
+    """4P12D's decode with 90 redundant experts: 474 / 96 passed before; SGLang asserts at start."""
+    def change(dis):
+        dis["decode"]["engine_args"] = {**dis["decode"]["engine_args"], "ep-num-redundant-experts": 90}
+
+    hv, groups = _pd4(change)
+    with pytest.raises(PlanError) as err:
+        plan_inventory(hv, groups, DATA)
+    (p,) = [p for p in err.value.problems if p.check == "model-limit"]
+    assert "EP size 96 (TP 96 (--moe-a2a-backend deepep)) does not divide the 474 experts" in p.message
+    assert p.message.startswith("the decode group")
