@@ -381,3 +381,13 @@ def test_ep_size_not_dividing_the_experts_is_refused():
     (p,) = [p for p in err.value.problems if p.check == "model-limit"]
     assert "EP size 96 (TP 96 (--moe-a2a-backend deepep)) does not divide the 474 experts" in p.message
     assert p.message.startswith("the decode group")
+
+
+def test_vllm_dp_address_stays_bare_for_ipv6():
+    """vLLM takes --data-parallel-address as a bare host and brackets it itself (get_tcp_uri)."""
+    planned = _plan_v6("h800-dp-ep", ["gpu-h800-01", "gpu-h800-02"])
+    for host in ("gpu-h800-01", "gpu-h800-02"):
+        argv = _argv(planned, host, "llmb-vllm")["argv"]
+        assert argv[argv.index("--data-parallel-address") + 1] == "fd00::11"
+    api = _argv(planned, "gpu-h800-01", "llmb-vllm")["api"]
+    assert api["base_url"] == "http://[fd00::11]:8000/v1"
