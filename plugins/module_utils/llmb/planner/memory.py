@@ -7,6 +7,12 @@ cuBLAS workspaces, CUDA graphs) come off that, and the rest is the KV cache::
 
     available KV = memory x fraction - weights per device - non-KV headroom
 
+Weights per device: TP x PP split every layer. Under vLLM's expert parallelism (DP > 1) and SGLang's
+DP attention the routed experts are split over all ranks while the rest (attention, shared expert,
+dense MLP, embeddings, lm_head; BF16 in the INT4 checkpoints) is held whole by every DP rank (TP / DP
+attention group); the profile's ``moe`` and ``quantization`` facts (config.json) give the expert bytes,
+the rest of total_size_bytes is the replicated part (``weights_per_device``).
+
 For MLA models (Kimi-K2, DeepSeek-V3) every layer caches one latent per token, the same on every
 TP rank (the latent is not split by TP), so per rank and per token::
 
