@@ -21,11 +21,10 @@ pytest.importorskip("ansible_runner")
 
 def _up(tmp_path, inventory: Path, *extra: str) -> tuple[subprocess.CompletedProcess, Path]:
     run_id = f"test-refusal-{uuid.uuid4().hex[:8]}"
-    art = tmp_path / "artifacts"
-    cmd = [sys.executable, "-m", "llmb.console.cli", "up", "-i", str(inventory), "--run-id", run_id]
+    cmd = [sys.executable, "-m", "llmbctl.console.cli", "up", "-i", str(inventory), "--run-id", run_id]
     for e in extra:
         cmd += ["-e", e]
-    env = dict(os.environ, LLMB_ROOT=str(ROOT), PYTHONPATH=str(ROOT / "plugins" / "module_utils"),
+    env = dict(os.environ, LLMB_ROOT=str(ROOT), PYTHONPATH=f"{ROOT / 'lib'}:{ROOT / 'plugins' / 'module_utils'}",
                COLUMNS="200")
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env, cwd=str(tmp_path))
     run_dir = ROOT / "artifacts" / run_id

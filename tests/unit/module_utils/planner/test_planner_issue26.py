@@ -7,7 +7,7 @@ check it planned (or planned wrong), now it plans right or is refused naming the
 from __future__ import annotations
 
 import pytest
-from llmb.planner import PlanError, plan_inventory
+from llmbctl.planner import PlanError, plan_inventory
 from planner_helpers import REPO, load_inventory
 
 DATA = str(REPO / "data")
@@ -58,8 +58,8 @@ GIB = 1024**3
 
 
 def _fit(planned):
-    from llmb.planner import memory
-    from llmb.planner.engines import ENGINES
+    from llmbctl.planner import memory
+    from llmbctl.planner.engines import ENGINES
 
     ctx, topo = planned.ctx, planned.topology
     ea, _ = ENGINES[ctx.engine].engine_args(ctx, topo)
@@ -69,8 +69,8 @@ def _fit(planned):
 
 
 def test_expert_bytes_from_the_profile_quantization():
-    from llmb.catalog import Catalog
-    from llmb.planner import memory
+    from llmbctl.catalog import Catalog
+    from llmbctl.planner import memory
 
     model = Catalog(DATA).model("kimi-k2-thinking").raw
     experts, formula = memory.expert_bytes(model)
