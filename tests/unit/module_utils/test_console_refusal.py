@@ -73,3 +73,17 @@ def test_llmb_up_extra_var_text_is_converted(tmp_path, refused_inventory):
         assert [p["check"] for p in doc["problems"]] == ["parallelism"]
     finally:
         shutil.rmtree(doc_run, ignore_errors=True)
+
+
+def test_llmb_up_refuses_a_duplicate_key_in_stage_0(tmp_path, refused_inventory):
+    """Stage 0 (the llmb_deployment filter, Ansible's own inventory sources) refuses a key given twice."""
+    f = refused_inventory / "group_vars" / "all" / "llmb.yml"
+    f.write_text(f.read_text() + "\nllmb_engine: vllm\n")
+    line = len(f.read_text().splitlines())
+    out, run_dir = _up(tmp_path, refused_inventory)
+    try:
+        assert out.returncode == 2, out.stdout + out.stderr
+        tail = out.stdout[out.stdout.index("stage 0 refused the inventory"):]
+        assert f"[yaml-duplicate-key] {f}:{line}: the key llmb_engine is given twice" in " ".join(tail.split())
+    finally:
+        shutil.rmtree(run_dir, ignore_errors=True)
