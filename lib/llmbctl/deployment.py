@@ -123,17 +123,19 @@ def resolve(
     artifacts_dir: str | None = None,
     data_dir: str | None = None,
     host_set: dict[str, list[str]] | None = None,
+    inventory_files: list[str] | None = None,
 ) -> dict[str, Any]:
     """The deployment document of an inventory (pure: no file is written, no host contacted).
 
-    host_set: per host, the variable names set on the host itself (planner/inventory.py)."""
+    host_set: per host, the variable names set on the host itself (planner/inventory.py);
+    inventory_files: the inventory's YAML files, checked for duplicate keys (planner/yamlkeys.py)."""
     groups = {str(k): list(v or []) for k, v in dict(groups).items()}
     shared = _shared_vars(hostvars, groups)
     problems: list[dict[str, Any]] = []
     planned = None
     if groups.get(GROUP):
         try:
-            planned = plan_inventory(hostvars, groups, data_dir, host_set=host_set)
+            planned = plan_inventory(hostvars, groups, data_dir, host_set=host_set, inventory_files=inventory_files)
         except PlanError as err:
             problems = [p.to_dict() for p in err.problems]
     else:

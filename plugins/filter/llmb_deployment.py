@@ -12,6 +12,8 @@ report: "{{ problems | llmb_plan_report }}"                 # multi-line text fo
 
 from __future__ import annotations
 
+import os
+
 from ansible.errors import AnsibleFilterError
 from llmbctl.deployment import DeploymentError, dumps, host_view, pin, resolve, validate_run_id
 from llmbctl.planner import PlanError, Problem, check, plan
@@ -36,6 +38,7 @@ def llmb_deployment(
         str(artifacts_dir) if artifacts_dir else None,
         data_dir,
         host_set=host_set_of(hostvars),
+        inventory_files=inventory_files_of(hostvars),
     )
     if inventory_dir:
         doc = pin(doc, hostvars, dict(groups), str(inventory_dir), write=not check_mode)
@@ -50,6 +53,16 @@ def llmb_deployment_json(doc):
 def llmb_deployment_host(doc, host):
     """One host's view: every shared section, and `host` = its own entry (address, rank, patches, plan)."""
     return host_view(dict(doc), str(host))
+
+
+def inventory_files_of(hostvars) -> list[str] | None:
+    """The YAML files of the play's inventory sources (None: cannot tell)."""
+    inventory = getattr(hostvars, "_inventory", None)
+    if inventory is None:
+        return None
+    from llmbctl.planner.yamlkeys import inventory_files
+
+    return [f for s in getattr(inventory, "_sources", []) if s and os.path.exists(s) for f in inventory_files(s)]
 
 
 def host_set_of(hostvars) -> dict[str, list[str]] | None:

@@ -8,7 +8,8 @@
 
 Ansible's full output (stdout) and every event (job_events/) stay under
 artifacts/<run-id>/runner/. Plain ansible-playbook keeps working: this only drives it.
-Exit status: 0 verdict OK, 1 failed, 2 bad input (a message naming it).
+Exit status: 0 verdict OK, 1 failed, 2 bad input (a message naming it; an inventory stage 0 refuses,
+with its problems listed last).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-from llmb.report import PIPELINE_STAGES, ReportError, write_report
+from llmb.report import PIPELINE_STAGES, REFUSED_TEXT, ReportError, problem_lines, write_report
 from llmb.stages import BY_NAME
 
 from llmbctl import REPO_ROOT
@@ -146,7 +147,22 @@ def run_playbook(playbook: str, inventory: str, extra: list[str], run_id: str, e
     console.print(f"verdict:        {rep['verdict']}" + (f"  endpoint {rep['endpoint']}" if rep.get("endpoint") else ""),
                   soft_wrap=True)
     console.print(f"report:         {run_dir / 'report.html'}", soft_wrap=True)
+    if rep.get("refused"):
+        print_refusal(console, rep["refused"])
+        return 2
     return 0 if rep["ok"] and r.rc == 0 else 1
+
+
+def print_refusal(console, problems: list[dict]) -> None:
+    """Stage 0's problems as the planner states them, last on the terminal (deployment.json)."""
+    n = len(problems)
+    console.print(f"\n[bold red]{REFUSED_TEXT}[/]: {n} problem{'s' if n != 1 else ''} "
+                  "(fix the inventory and run again)", markup=True, highlight=False, soft_wrap=True)
+    for i, p in enumerate(problems, 1):
+        first, *rest = problem_lines(p)
+        console.print(f"{i}. {first}", markup=False, highlight=False, soft_wrap=True)
+        for line in rest:
+            console.print(f"      {line}", markup=False, highlight=False, soft_wrap=True)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -51,6 +51,9 @@ class EngineCaps:
     kv_dtype_flag: str | None = None
     memory_model: str = "budget"
     host_package: HostPackage | None = None  # how a host install gets it (None: the site says, or none)
+    # why the engine cannot take an IPv6 cluster address with several nodes (None: it can; every
+    # host:port the planner writes is joined by ports.host_port, brackets included)
+    ipv6_refused: str | None = None
 
     def __post_init__(self) -> None:
         unknown = [m for m in self.modes if m not in MODES]

@@ -132,12 +132,12 @@ def resolve(dep: Deployment, data: Catalog) -> tuple[Context | None, list[Proble
                     problems.append(
                         Problem(
                             check="engine-version",
-                            message=f"no flag set for {engine} {version}: the planner cannot tell which flags "
-                            "it accepts",
-                            found=f"data/engines/{engine}-{version}.yml missing",
+                            message=f"llmb_engine_version: {version} is not shipped; shipped for {engine}: "
+                            f"{', '.join(versions) or '(none)'}",
+                            found=f"llmb_engine_version: {version} (no data/engines/{engine}-{version}.yml)",
                             expected=_listing(versions),
-                            fix=f"pin one of the versions above, or extract the flags of {engine} {version} "
-                            f"into data/engines/{engine}-{version}.yml",
+                            fix=f"set llmb_engine_version to one of {', '.join(versions)}, or extract the flags "
+                            f"of {engine} {version} with scripts/engine-catalog",
                         )
                     )
 

@@ -19,14 +19,16 @@ from .exposure import confine_listeners
 from .inventory import read_deployment
 from .model import PlanError, Planned, Problem
 from .validation import check_engine, check_plan, check_topology
+from .yamlkeys import duplicate_keys
 
 
 def check(
-    hostvars: Any, groups: dict[str, Any], data_dir: str | None = None, host_set: dict | None = None
+    hostvars: Any, groups: dict[str, Any], data_dir: str | None = None, host_set: dict | None = None,
+    inventory_files: list[str] | None = None,
 ) -> list[Problem]:
     """Every problem of the inventory (empty when it can be planned)."""
     try:
-        plan_inventory(hostvars, groups, data_dir, host_set=host_set)
+        plan_inventory(hostvars, groups, data_dir, host_set=host_set, inventory_files=inventory_files)
     except PlanError as err:
         return err.problems
     return []
@@ -38,8 +40,23 @@ def plan_inventory(
     data_dir: str | None = None,
     source: str = "inventory",
     host_set: dict | None = None,
+    inventory_files: list[str] | None = None,
 ) -> Planned:
-    """host_set: per host, the names set on the host itself (see inventory.py)."""
+    """host_set: per host, the names set on the host itself (see inventory.py); inventory_files: the
+    YAML files the inventory was read from, checked for duplicate keys (yamlkeys.py)."""
+    duplicates = duplicate_keys(inventory_files) if inventory_files else []
+    try:
+        planned = _plan_inventory(hostvars, groups, data_dir, source, host_set)
+    except PlanError as err:
+        raise PlanError(duplicates + err.problems, source) from None
+    if duplicates:
+        raise PlanError(duplicates, source)
+    return planned
+
+
+def _plan_inventory(
+    hostvars: Any, groups: dict[str, Any], data_dir: str | None, source: str, host_set: dict | None
+) -> Planned:
     dep, problems = read_deployment(hostvars, groups, host_set)
     if dep is None or problems:
         raise PlanError(problems, source)

@@ -32,7 +32,7 @@ from .inventory import DISAGG_VAR as VAR
 from .inventory import GROUP, Deployment, Node
 from .model import HostPlan, PlanError, Planned, Problem
 from .topology import EVEN_SPLIT, Topology
-from .validation import check_image, check_model, check_ports, check_resolved
+from .validation import check_image, check_model, check_model_limits, check_ports, check_resolved
 
 
 # ------------------------------------------------------------------------------------------ planning
@@ -207,7 +207,25 @@ def plan(ctx: Any, engine: Any, problems: list[Problem], source: str) -> Any:
                 )
             owner[n.name] = role
         if nodes:
-            groups.append(Group(role, gname, gcfg, _group_ctx(ctx, role, nodes, gcfg)))
+            k = gcfg.get("instances") or 1
+            if len(nodes) % k:
+                problems.append(
+                    Problem(
+                        check="disaggregation",
+                        message=f"the {role} group {gname!r} has {len(nodes)} node(s), which do not split into "
+                        f"{k} instances of equal size",
+                        found=f"{VAR}.{role}.instances: {k}, {len(nodes)} hosts in {gname}",
+                        expected=f"instances dividing {len(nodes)}: "
+                        + ", ".join(str(d) for d in range(1, len(nodes) + 1) if len(nodes) % d == 0),
+                        fix=f"set {VAR}.{role}.instances to a divisor of the node count, or add nodes",
+                    )
+                )
+                continue
+            size = len(nodes) // k
+            for i in range(k):
+                part = [Node(n.name, n.address, r) for r, n in enumerate(nodes[i * size:(i + 1) * size])]
+                name = gname if k == 1 else f"{gname}[{i}]"
+                groups.append(Group(role, name, gcfg, _group_ctx(ctx, role, part, gcfg)))
     idle = [n.name for n in ctx.dep.nodes if n.name not in owner]
     if idle:
         problems.append(
@@ -218,7 +236,7 @@ def plan(ctx: Any, engine: Any, problems: list[Problem], source: str) -> Any:
                 fix="put them in one of the groups, or out of accel_nodes",
             )
         )
-    if len(groups) != 2 or problems:
+    if {g.role for g in groups} != set(ROLES) or problems:
         raise PlanError(problems, source)
 
     for g in groups:
@@ -236,6 +254,7 @@ def plan(ctx: Any, engine: Any, problems: list[Problem], source: str) -> Any:
         if found:
             continue
         problems += check_resolved(g.ctx, topo)
+        problems += check_model_limits(g.ctx, topo, ea.values, f"the {g.role} group {g.name!r}: ")
         ib = {n.name: _ib_device(ctx, g, n, problems) for n in g.ctx.dep.nodes}
         g.plans = engine.pd_services(g.ctx, g.role, topo, ea, ib)
         fit = memory.check_fit(g.ctx, topo, ea.values)
@@ -245,7 +264,11 @@ def plan(ctx: Any, engine: Any, problems: list[Problem], source: str) -> Any:
     if problems:
         raise PlanError(problems, source)
 
-    prefill, decode = groups
+    prefills = [g for g in groups if g.role == "prefill"]
+    decodes = [g for g in groups if g.role == "decode"]
+    prefill = prefills[0]
+    for other in groups[1:]:  # one pass over what each instance uses of the others
+        problems += engine.pd_agreement(ctx, prefill, other)
     router_cfg = cfg.get("router") or {}
     router_host = router_cfg.get("host") or prefill.head.name
     if router_host not in owner:
@@ -261,7 +284,7 @@ def plan(ctx: Any, engine: Any, problems: list[Problem], source: str) -> Any:
         raise PlanError(problems, source)
     plans = {hp.host: hp for g in groups for hp in g.plans}
     router_node = next(n for n in ctx.dep.nodes if n.name == router_host)
-    svc, rproblems = engine.pd_router(ctx, router_node, prefill, decode, cfg)
+    svc, rproblems = engine.pd_router(ctx, router_node, prefills, decodes, cfg)
     problems += rproblems
     if svc is not None:
         plans[router_host].services.append(svc)

@@ -278,6 +278,14 @@ KNOBS: tuple[Knob, ...] = (
         "(default: the verify stage's lscpu flags; without them, no AMX rules)",
         per_host=True,
     ),
+    Knob(
+        "llmb_ktransformers_rules",
+        "str",
+        None,
+        "KTransformers' GPU/CPU split: a rules file the release ships for the model, by GPU count, e.g. "
+        "DeepSeek-V3-Chat-multi-gpu-4.yaml (default: one GPU, the AMX rules where the CPU has AMX)",
+        format="name",
+    ),
     _port("llmb_sshd_port", 2233, "sshd inside the engine container for mpirun (TRT-LLM)"),
     Knob(
         "llmb_ssh_mesh_dir",
@@ -693,9 +701,10 @@ _FALSE = ("false", "no", "off", "n", "f", "0")
 
 
 def _role_coerce(kind: str, value: Any) -> Any:
-    """A stage variable's string as its role's argument_spec takes it: Ansible converts '20' to an
-    int, '0.5' to a float and 'yes' to a bool (what `-e key=value` always gives); anything else is
-    left for the type check to refuse."""
+    """A variable's string as a role's argument_spec takes it: Ansible converts '20' to an int,
+    '0.5' to a float and 'yes' to a bool (what `-e key=value` always gives, for the llmb_* knobs as
+    for the stage variables); anything else is left for the type check to refuse, naming the
+    variable."""
     if not isinstance(value, str):
         return value
     text = value.strip()
@@ -767,12 +776,12 @@ def check_value(knob: Knob, value: Any) -> list[Problem]:
             )
     if problems:
         return problems
-    if not name.startswith("llmb_"):  # a role's variable (roles/*/meta/argument_specs.yml)
+    if "." not in name:  # `-e key=value` gives a top-level variable as text: converted as the roles' specs do
         value = _role_coerce(knob.type, value)
     if not _type_ok(knob.type, value):
         hint = ""
         if knob.type in ("int", "float") and isinstance(value, str):
-            hint = " (no quotes around numbers"
+            hint = f" ({shown(value)} does not convert to {_article(knob.type)}"
             hint += "; scripts/launch-plan reads literal values, no Jinja)" if is_template(value) else ")"
         return [
             Problem(
@@ -913,6 +922,8 @@ DISAGG_GROUP_KEYS: dict[str, Knob] = {
              keys="flag_name"),
         Knob("engine_env", "dict", {}, "the group's environment over llmb_engine_env", keys="env_key",
              values="scalar"),
+        Knob("instances", "int", 1, "independent instances of the role behind the one router: the group's "
+             "nodes split evenly, each instance its own cluster with the group's sizes", min=1, max=4096),
     )
 }
 DISAGG_ROUTER_KEYS: dict[str, Knob] = {
@@ -1090,10 +1101,12 @@ def read_var(hv: Any, key: str) -> tuple[Any, str | None]:
     if hv is None:
         return None, None
     try:
-        return plain(hv.get(key)), None
+        value = plain(hv.get(key))
     except Exception as exc:  # an undecryptable vault value or a failing template: name the variable
         text = str(exc).strip().splitlines()
         return None, (text[0] if text else type(exc).__name__)
+    knob = KNOB_BY_NAME.get(key)
+    return (_role_coerce(knob.type, value) if knob is not None else value), None
 
 
 def check_variables(

@@ -7,6 +7,12 @@ cuBLAS workspaces, CUDA graphs) come off that, and the rest is the KV cache::
 
     available KV = memory x fraction - weights per device - non-KV headroom
 
+Weights per device: TP x PP split every layer. Under vLLM's expert parallelism (DP > 1) and SGLang's
+DP attention the routed experts are split over all ranks while the rest (attention, shared expert,
+dense MLP, embeddings, lm_head; BF16 in the INT4 checkpoints) is held whole by every DP rank (TP / DP
+attention group); the profile's ``moe`` and ``quantization`` facts (config.json) give the expert bytes,
+the rest of total_size_bytes is the replicated part (``weights_per_device``).
+
 For MLA models (Kimi-K2, DeepSeek-V3) every layer caches one latent per token, the same on every
 TP rank (the latent is not split by TP), so per rank and per token::
 
@@ -103,9 +109,10 @@ class MemoryFit:
         """Every term of the prediction, as one line of text."""
         w = self.weights_bytes
         weights = (
-            f"{self.total_bytes / 1e9:,.1f} GB of weights / ({self.weight_split} = {self.weight_shards} devices)"
-            f" = {w / 1e9:,.1f} GB per device ({_gib(w)})"
-        )
+            f"{self.total_bytes / 1e9:,.1f} GB of weights: {self.weight_split}"
+            if self.weight_split.startswith("replicated")
+            else f"{self.total_bytes / 1e9:,.1f} GB of weights / ({self.weight_split} = {self.weight_shards} devices)"
+        ) + f" = {w / 1e9:,.1f} GB per device ({_gib(w)})"
         frac = f"{self.fraction:g} ({self.fraction_flag})"
         if self.memory_model == "free":
             avail = (
@@ -176,18 +183,78 @@ def _caps(engine: str) -> Any:
     return engine_caps(engine)
 
 
-def weights_per_device(
-    total_bytes: float, engine: str, tp: int, pp: int, dp: int, expert_parallel: bool
-) -> tuple[float, int, str]:
-    """Weights each device holds: total / devices that hold distinct shards.
+# bytes on disk per parameter of a quantized tensor: the packed values plus one scale per group
+# (compressed-tensors pack-quantized W4A16: int4 packed in int32 + a BF16 scale per group_size;
+# block FP8: one FP32 scale per block of 128 x 128)
+def _bytes_per_param(q: dict[str, Any]) -> float | None:
+    bits = _number(q.get("bits"))
+    if bits is None or bits <= 0:
+        return None
+    group = _number(q.get("group_size")) or 0
+    scale = _number(q.get("scale_bytes")) or 0
+    return bits / 8 + (scale / group if group > 0 else 0)
 
-    TP and PP split every layer; with vLLM's expert parallelism the MoE experts (98.8% of
-    Kimi-K2's parameters) are also split over the DP ranks. The replicated dense part under EP is
-    within the headroom.
+
+def expert_bytes(model: dict[str, Any]) -> tuple[float, str] | None:
+    """(bytes of the routed experts on disk, formula), from the profile's ``moe`` facts (config.json)
+    and ``quantization.experts`` (config.json's quantization_config); None when the profile lacks
+    them. Everything else (attention, shared expert, dense MLP, embeddings, lm_head) is the rest of
+    total_size_bytes: what every rank holds whole under expert parallelism."""
+    moe, quant = model.get("moe"), model.get("quantization")
+    if not isinstance(moe, dict) or not isinstance(quant, dict) or not isinstance(quant.get("experts"), dict):
+        return None
+    try:
+        experts, layers = int(moe["n_routed_experts"]), int(moe["moe_layers"])
+        hidden, inter = int(moe["hidden_size"]), int(moe["moe_intermediate_size"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    bpp = _bytes_per_param(quant["experts"])
+    if bpp is None or min(experts, layers, hidden, inter) < 1:
+        return None
+    params = experts * layers * 3 * hidden * inter  # gate, up and down projection of each expert
+    text = (
+        f"experts {experts} x {layers} MoE layers x 3 x {hidden} x {inter} = {params / 1e9:,.1f}B params "
+        f"x {bpp:g} bytes ({quant['experts'].get('dtype', '?')})"
+    )
+    return params * bpp, text
+
+
+def weights_per_device(
+    total_bytes: float, engine: str, tp: int, pp: int, dp: int, expert_parallel: bool,
+    model: dict[str, Any] | None = None, dp_attention: bool = False,
+) -> tuple[float, int, str]:
+    """Weights each device holds: (bytes, devices the experts are split over, how).
+
+    TP and PP split every layer. With vLLM's expert parallelism the routed experts are split over
+    TP x DP x PP, while the rest (attention, shared expert, dense MLP, embeddings, lm_head; BF16 in
+    the INT4 checkpoints) is held whole by every DP rank, split by TP x PP only. The split of the
+    two parts comes from the profile (``expert_bytes``); a profile without it splits the total,
+    which underestimates an EP rank by the replicated part.
     """
     shards = tp * pp
     how = f"TP {tp} x PP {pp}"
+    if dp_attention and dp > 1 and tp % dp == 0:
+        # SGLang's --enable-dp-attention: DP splits the TP ranks into DP attention groups of TP / DP;
+        # attention and embeddings are split over TP / DP only, the MoE layers over all of TP
+        split = expert_bytes(model or {})
+        if split is not None and 0 < split[0] < total_bytes:
+            experts, _ = split
+            rest, attn_tp = total_bytes - experts, tp // dp
+            how = (
+                f"replicated {rest / 1e9:,.1f} GB / (TP {tp} / DP {dp} attention x PP {pp}) + experts "
+                f"{experts / 1e9:,.1f} GB / (TP {tp} x PP {pp})"
+            )
+            return rest / (attn_tp * pp) + experts / shards, shards, how
     if _caps(engine).expert_parallel == "switch" and expert_parallel and dp > 1:
+        split = expert_bytes(model or {})
+        if split is not None and 0 < split[0] < total_bytes:
+            experts, _ = split
+            rest = total_bytes - experts
+            how = (
+                f"replicated {rest / 1e9:,.1f} GB / (TP {tp} x PP {pp}) + experts {experts / 1e9:,.1f} GB / "
+                f"(TP {tp} x PP {pp} x DP {dp} expert parallel)"
+            )
+            return rest / shards + experts / (shards * dp), shards * dp, how
         shards *= dp
         how += f" x DP {dp} (expert parallel)"
     return total_bytes / shards, shards, how
@@ -261,7 +328,8 @@ def estimate(
             ],
             [],
         )
-    w, shards, how = weights_per_device(total, engine, tp, pp, dp, expert_parallel)
+    dp_attention = bool(engine_args.get("--enable-dp-attention"))
+    w, shards, how = weights_per_device(total, engine, tp, pp, dp, expert_parallel, model, dp_attention)
     dev_bytes = device_gib * GIB
     if caps.memory_model == "static":
         headroom = 0.0

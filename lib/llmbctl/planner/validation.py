@@ -232,6 +232,18 @@ def check_multinode(ctx: Context, caps: EngineCaps) -> list[Problem]:
         )
     what = caps.head_address_use
     for node in ctx.dep.nodes:
+        if caps.ipv6_refused and ":" in node.address:
+            problems.append(
+                Problem(
+                    "network",
+                    f"{ctx.engine} cannot use the IPv6 cluster address {node.address} of {node.name}: "
+                    f"{caps.ipv6_refused}",
+                    found=f"{node.name}: {node.address}",
+                    expected="an IPv4 address or a host name that resolves on every node",
+                    fix=f"set llmb_node_ip (or ansible_host) of {node.name} to its IPv4 cluster address or host name",
+                    host=node.name,
+                )
+            )
         if is_loopback(node.address):
             role = "head" if node is head else "node"
             problems.append(
@@ -252,7 +264,7 @@ def per_device_weight_bytes(ctx: Context, topo: Topology) -> tuple[float, int, s
     """Weights each device holds (planner/memory.py decides)."""
     total = float(ctx.model.get("total_size_bytes") or 0)
     ep = bool(ctx.v.get("llmb_expert_parallel"))
-    return memory.weights_per_device(total, ctx.engine, topo.tp, topo.pp, topo.dp, ep)
+    return memory.weights_per_device(total, ctx.engine, topo.tp, topo.pp, topo.dp, ep, ctx.model)
 
 
 def check_fit(ctx: Context, topo: Topology, engine_args: dict[str, Any]) -> list[Problem]:
@@ -317,6 +329,101 @@ def check_model(ctx: Context, engine_args: dict[str, Any]) -> list[Problem]:
     return problems
 
 
+# the engines that refuse a context over the model's limit at start, and the variable each reads
+# to allow it (vLLM: vllm/config ModelConfig max_model_len check; SGLang: server_args/model_config
+# context_length check)
+LONG_CONTEXT_OVERRIDE = {
+    "--max-model-len": "VLLM_ALLOW_LONG_MAX_MODEL_LEN",
+    "--context-length": "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN",
+}
+
+
+def model_context_limit(model: dict[str, Any]) -> tuple[int, str] | None:
+    """(the longest context the checkpoint allows, why): max_position_embeddings, or with YaRN rope
+    scaling in the profile, original_max_position_embeddings x factor (what vLLM derives)."""
+    rope = model.get("rope_scaling")
+    if isinstance(rope, dict) and rope.get("type", rope.get("rope_type")) == "yarn":
+        try:
+            original, factor = int(rope["original_max_position_embeddings"]), float(rope["factor"])
+        except (KeyError, TypeError, ValueError):
+            original, factor = 0, 0.0
+        if original > 0 and factor > 0:
+            return int(original * factor), f"rope_scaling yarn: {original:,} x factor {factor:g}"
+    limit = model.get("max_position_embeddings")
+    if isinstance(limit, int) and not isinstance(limit, bool) and limit > 0:
+        return limit, "max_position_embeddings, no rope scaling"
+    return None
+
+
+def check_model_limits(ctx: Context, topo: Topology, engine_args: dict[str, Any], where: str = "") -> list[Problem]:
+    """The context length against the checkpoint's limit; the attention TP against the heads."""
+    problems = []
+    model = ctx.model
+    flag = getattr(topo.caps, "max_len_flag", None)
+    limit = model_context_limit(model)
+    value = engine_args.get(flag) if flag else None
+    override = LONG_CONTEXT_OVERRIDE.get(flag or "")
+    env = ctx.v.get("llmb_engine_env") or {}
+    if (
+        override and limit and isinstance(value, int) and not isinstance(value, bool) and value > limit[0]
+        and str(env.get(override, "")).lower() not in ("1", "true")
+    ):
+        problems.append(
+            Problem(
+                "model-limit",
+                f"{where}{flag} {value:,} is over {ctx.model_name}'s context limit {limit[0]:,} ({limit[1]}); "
+                f"{ctx.engine} refuses it at start",
+                found=f"{flag} {value:,}",
+                expected=f"at most {limit[0]:,}",
+                fix=f"set {flag.lstrip('-')} in llmb_engine_args to {limit[0]:,} or less (or {override}=1 in "
+                "llmb_engine_env, at the model's own risk)",
+            )
+        )
+    moe = model.get("moe") if isinstance(model.get("moe"), dict) else {}
+    experts = moe.get("n_routed_experts")
+    a2a = engine_args.get("--moe-a2a-backend")
+    ep = topo.tp if a2a in ("deepep", "mooncake") else engine_args.get("--ep-size")
+    if isinstance(experts, int) and isinstance(ep, int) and not isinstance(ep, bool) and ep > 1:
+        # SGLang 0.5.5: --moe-a2a-backend deepep/mooncake sets the EP size to TP (server_args
+        # _handle_a2a_moe); every EP rank holds (routed + redundant) / EP experts, asserted at start
+        # (eplb/expert_location.py: num_physical_experts % ep_size == 0)
+        redundant = engine_args.get("--ep-num-redundant-experts") or 0
+        physical = experts + (redundant if isinstance(redundant, int) else 0)
+        if physical % ep:
+            why = f"TP {topo.tp} (--moe-a2a-backend {a2a})" if a2a in ("deepep", "mooncake") else f"--ep-size {ep}"
+            problems.append(
+                Problem(
+                    "model-limit",
+                    f"{where}EP size {ep} ({why}) does not divide the {physical} experts of {ctx.model_name} "
+                    f"({experts} routed + {physical - experts} redundant); {ctx.engine} asserts it at start",
+                    found=f"EP {ep}, {physical} experts",
+                    expected=f"an EP size dividing {physical}, or --ep-num-redundant-experts making "
+                    f"{experts} + redundant a multiple of {ep}",
+                    fix="set ep-num-redundant-experts in the engine args so that routed + redundant is a multiple "
+                    f"of {ep} (e.g. {(-experts) % ep}), or change the EP size",
+                )
+            )
+    heads = model.get("num_attention_heads")
+    if isinstance(heads, int) and not isinstance(heads, bool) and heads > 0:
+        attn_tp = topo.tp
+        how = f"TP {topo.tp}"
+        if engine_args.get("--enable-dp-attention") and topo.dp > 1 and topo.tp % topo.dp == 0:
+            attn_tp, how = topo.tp // topo.dp, f"TP {topo.tp} / DP {topo.dp} attention"
+        if heads % attn_tp != 0:
+            divisors = [d for d in range(1, heads + 1) if heads % d == 0]
+            problems.append(
+                Problem(
+                    "model-limit",
+                    f"{where}{how} = {attn_tp} does not divide the {heads} attention heads of {ctx.model_name}; "
+                    f"{ctx.engine} splits the heads evenly over the attention ranks and refuses at start",
+                    found=f"llmb_tensor_parallel: {topo.tp}" + (f", llmb_data_parallel: {topo.dp}" if attn_tp != topo.tp else ""),
+                    expected=f"an attention TP of {', '.join(map(str, divisors))}",
+                    fix="set llmb_tensor_parallel to a divisor of the heads (with more nodes: llmb_pipeline_parallel)",
+                )
+            )
+    return problems
+
+
 def model_patches(ctx: Context) -> list[dict[str, Any]]:
     """config.json patches that apply to this engine and platform (engine key, then platform key)."""
     return [p.to_dict() for p in ctx.model_record.patches_for(ctx.engine, ctx.platform.name)]
@@ -325,6 +432,7 @@ def model_patches(ctx: Context) -> list[dict[str, Any]]:
 def check_plan(ctx: Context, topo: Topology, engine_args: dict[str, Any], hosts: list[HostPlan]) -> list[Problem]:
     """The planned deployment: the model against the engine and the devices, the image, the ports."""
     problems = check_model(ctx, engine_args)
+    problems += check_model_limits(ctx, topo, engine_args)
     problems += check_fit(ctx, topo, engine_args)
     problems += check_image(ctx)
     problems += check_ports(ctx, hosts)

@@ -54,6 +54,25 @@ BINDS: dict[str, dict[str, str]] = {
                     "who": "the vLLM nodes of rank 1 and up (--headless)"},
 }
 
+def host_port(host: Any, port: Any) -> str:
+    """host:port for every consumer (argv, URL, environment, messages): an IPv6 literal in brackets
+    ("[fd00::11]:50000"), as URLs (RFC 3986), Ray's build_address and SGLang's --dist-init-addr
+    (configure_ipv6) read it; IPv4 and host names as they are."""
+    text = str(host)
+    if ":" in text and not text.startswith("["):
+        text = f"[{text}]"
+    return f"{text}:{port}"
+
+
+def http_url(host: Any, port: Any, path: str = "") -> str:
+    """http://host:port/path with host_port's brackets."""
+    return f"http://{host_port(host, port)}{path}"
+
+
+def is_ipv6(host: Any) -> bool:
+    return ":" in str(host)
+
+
 # the service env the planner sets for a "preload" listener (planner/exposure.py: confine_listeners)
 PRELOAD_NAME = "llmb-bindto"
 BIND_ADDRESS_ENV = "LLMB_BIND_ADDRESS"
@@ -176,7 +195,7 @@ def probe(host: str, tgts: list[dict[str, Any]], timeout: float = 3.0) -> list[d
         rec = {"from": host, "to": t["host"], "address": t["address"], "port": t["port"],
                "service": t["service"], "purpose": t["purpose"], "ok": why is None}
         if why is not None:
-            rec["message"] = (f"{host} -> {t['host']} {t['address']}:{t['port']} ({t['service']} "
+            rec["message"] = (f"{host} -> {t['host']} {host_port(t['address'], t['port'])} ({t['service']} "
                               f"{t['purpose']}): {why}")
         return rec
 

@@ -230,6 +230,24 @@ def _gates(records: dict[str, dict], key: str) -> list[dict]:
     return out
 
 
+REFUSED_TEXT = "stage 0 refused the inventory before any host was contacted"
+
+
+def _refusal(dep: dict | None) -> list[dict] | None:
+    """The problems stage 0 refused the inventory with (deployment.json planned: false), else None."""
+    if not dep or dep.get("planned") is not False:
+        return None
+    problems = [p for p in dep.get("problems") or [] if isinstance(p, dict)]
+    return problems or [{"check": "plan", "message": "the inventory could not be planned", "found": None,
+                         "expected": None, "fix": None, "host": None}]
+
+
+def problem_lines(p: dict) -> list[str]:
+    """One problem of the refusal as the planner prints it: [check] message, then found/expected/fix."""
+    head = f"[{p.get('check')}] " + (f"{p['host']}: " if p.get("host") else "") + str(p.get("message"))
+    return [head] + [f"{k}: {p[k]}" for k in ("found", "expected", "fix") if p.get(k) not in (None, "")]
+
+
 def collect(run_dir: Path, expect_stages: list[str] | None = None) -> dict:
     if not run_dir.is_dir():
         raise ReportError(f"report: no results directory {run_dir} (did any stage run?)")
@@ -241,7 +259,10 @@ def collect(run_dir: Path, expect_stages: list[str] | None = None) -> dict:
         expect_stages = (prev or {}).get("expected_stages") if isinstance(prev, dict) else None
     present = [s for s in STAGE_ORDER if s in stages] + sorted(s for s in stages if s not in STAGE_ORDER)
     expected_stages = list(expect_stages) if expect_stages else present
-    expected = expected_results(dep, expected_stages, stages)
+    refused = _refusal(dep)
+    # stage 0 refused the inventory: the stages that need the plan never contacted a host, so they are
+    # not rows of "no result" per host; the refusal (every problem) is the result of the run
+    expected = [] if refused is not None and not stages else expected_results(dep, expected_stages, stages)
     order = {s: i for i, s in enumerate(STAGE_ORDER)}
     all_stages = sorted(set(present) | set(expected_stages), key=lambda s: (order.get(s, 99), s))
 
@@ -262,7 +283,7 @@ def collect(run_dir: Path, expect_stages: list[str] | None = None) -> dict:
             failed.append({"stage": s, "host": h,
                            "why": "no result: the host was unreachable or failed earlier in the stage"})
     failed.sort(key=lambda f: (order.get(f["stage"], 99), f["stage"], f["host"]))
-    ok = bool(expected) and not failed
+    ok = bool(expected) and not failed and refused is None
     endpoint, answer = _smoke(stages.get("serve", {}))
     hosts = list((dep or {}).get("hosts") or {}) or sorted({h for hs in results.values() for h in hs})
     verify = stages.get("verify", {})
@@ -273,7 +294,8 @@ def collect(run_dir: Path, expect_stages: list[str] | None = None) -> dict:
         "verdict": "OK" if ok else "FAILED",
         "expected_stages": expected_stages,
         "expected": len(expected),
-        "hosts": hosts,
+        "refused": refused,
+        "hosts": hosts if expected or stages else [],
         "failed": failed,
         "endpoint": endpoint,
         "smoke_answer": answer,
@@ -343,6 +365,13 @@ def render_md(rep: dict) -> str:
     lines = [f"# llm-bringup run {rep['run_id']}", "", f"Verdict: **{rep['verdict']}**", ""]
     if rep.get("endpoint"):
         lines += [f"Endpoint: {rep['endpoint']}", f"Smoke answer: {rep.get('smoke_answer')!r}", ""]
+    if rep.get("refused"):
+        lines += [f"Refused: {REFUSED_TEXT}, with {len(rep['refused'])} problem(s):", ""]
+        for i, prob in enumerate(rep["refused"], 1):
+            first, *rest = problem_lines(prob)
+            lines.append(f"{i}. {first}")
+            lines += [f"   - {r}" for r in rest]
+        lines.append("")
     if rep["failed"]:
         lines.append("Failed or missing:")
         lines += [f"- {f['stage']} on {f['host']}: {f['why']}" for f in rep["failed"]]
@@ -440,20 +469,30 @@ def render_html(rep: dict) -> str:
          "a missing result counts as failed.</p>"]
     if rep.get("endpoint"):
         p.append(f"<p>Endpoint: <code>{_e(rep['endpoint'])}</code><br>Smoke answer: {_e(rep.get('smoke_answer'))}</p>")
+    if rep.get("refused"):
+        p.append(f'<h2>Refused</h2><p id="refused-why">{_e(REFUSED_TEXT)}; no stage ran. '
+                 f"{len(rep['refused'])} problem(s):</p><ol id=\"refused\">")
+        for prob in rep["refused"]:
+            first, *rest = problem_lines(prob)
+            p.append(f'<li class="problem"><b>{_e(first)}</b>'
+                     + "".join(f"<br><span class=\"small\">{_e(r)}</span>" for r in rest) + "</li>")
+        p.append("</ol>")
     if rep["failed"]:
         p.append('<h2>Failed or missing</h2><ul id="failed">')
         p += [f"<li><b>{_e(f['stage'])}</b> on <b>{_e(f['host'])}</b>: {_e(f['why'])}</li>" for f in rep["failed"]]
         p.append("</ul>")
     hosts = rep["hosts"]
-    p.append('<h2>Stages</h2><table id="stages"><tr><th>stage</th>' + "".join(f"<th>{_e(h)}</th>" for h in hosts) + "</tr>")
-    for s, hs in rep["results"].items():
-        cells = []
-        for h in hosts:
-            r = hs.get(h)
-            cls = r["status"] if r else ""
-            cells.append(f'<td class="{cls}">{_e(_cell(r))}</td>')
-        p.append(f"<tr><th>{_e(s)}</th>{''.join(cells)}</tr>")
-    p.append("</table>")
+    if rep["results"] or not rep.get("refused"):
+        p.append('<h2>Stages</h2><table id="stages"><tr><th>stage</th>'
+                 + "".join(f"<th>{_e(h)}</th>" for h in hosts) + "</tr>")
+        for s, hs in rep["results"].items():
+            cells = []
+            for h in hosts:
+                r = hs.get(h)
+                cls = r["status"] if r else ""
+                cells.append(f'<td class="{cls}">{_e(_cell(r))}</td>')
+            p.append(f"<tr><th>{_e(s)}</th>{''.join(cells)}</tr>")
+        p.append("</table>")
 
     for t in rep["topology"]:
         p.append(f"<h2>Topology: {_e(t['host'])}</h2>")

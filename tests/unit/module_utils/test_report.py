@@ -214,3 +214,37 @@ def test_report_html_in_headless_chromium(tmp_path):
                         capture_output=True, text=True, timeout=120)
     assert sc.returncode == 0, sc.stderr[-2000:]
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 10_000
+
+
+@pytest.mark.skipif(not CHROMIUM, reason="no chromium (Debian: apt-get install chromium; .ci/run installs it)")
+def test_refused_inventory_report_in_headless_chromium(tmp_path):
+    """Stage 0 refused the inventory (deployment.json planned: false): the page says so and lists
+    every problem with its fix, and has no row of "no result" per host and stage (issue 26)."""
+    run = tmp_path / "refused"
+    run.mkdir()
+    problems = [
+        {"check": "parallelism", "message": "TP x PP = 16 x 1 = 16 devices, but the inventory has 1 node x 8",
+         "found": "llmb_tensor_parallel: 16", "expected": "TP x PP <= 8", "fix": "lower TP/PP", "host": None},
+        {"check": "yaml-duplicate-key", "message": "hosts.yml:7: the key all.vars.x is given twice",
+         "found": None, "expected": None, "fix": "keep one x <b>", "host": None},
+    ]
+    (run / "deployment.json").write_text(json.dumps({"planned": False, "problems": problems,
+                                                     "hosts": {"gpu-h100-01": {}}}))
+    rep = write_report(str(run), PIPELINE_STAGES)
+    assert rep["verdict"] == "FAILED" and not rep["ok"] and rep["failed"] == []
+    page = (run / "report.html").resolve()
+    profile = tmp_path / "chromium-profile"
+    base = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+            f"--user-data-dir={profile}", "--no-first-run"]
+    dom = subprocess.run([*base, "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120)
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    out = ROOT / "artifacts/tests/report-html"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "report-refused.dom.html").write_text(dom.stdout)
+    assert "Verdict: FAILED" in dom.stdout
+    assert "stage 0 refused the inventory before any host was contacted" in dom.stdout
+    assert dom.stdout.count('class="problem"') == 2
+    assert "[parallelism] TP x PP = 16 x 1 = 16 devices" in dom.stdout and "fix: lower TP/PP" in dom.stdout
+    assert "keep one x &lt;b&gt;" in dom.stdout  # escaped, not markup
+    assert "no result" not in dom.stdout and 'id="stages"' not in dom.stdout
+

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from llmb.ports import http_url
+
 from ...layout import engine_venv
 from .. import containers
 from ..context import Context
@@ -116,7 +118,7 @@ def venv_bin(ctx: Context, exe: str) -> str:
 def health_block(ctx: Context, node: Node) -> dict[str, Any]:
     port = ctx.v["llmb_api_port"]
     return {
-        "url": f"http://{node.address}:{port}/health",
+        "url": http_url(node.address, port, "/health"),
         "host": node.address,
         "port": port,
         "path": "/health",
@@ -133,7 +135,7 @@ def api_block(ctx: Context, topo: Topology, node: Node, engine_args: dict[str, A
     if topo.caps.tool_choice_flag:
         tools = tools and bool(engine_args.get(topo.caps.tool_choice_flag))
     return {
-        "base_url": f"http://{node.address}:{ctx.v['llmb_api_port']}/v1",
+        "base_url": http_url(node.address, ctx.v["llmb_api_port"], "/v1"),
         "served_model_name": ctx.served_name,
         "reasoning": reasoning,
         "tool_calls": tools,

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from llmb.ports import http_url
+
 from ...engines.capabilities import EngineCaps
 from ...engines.registry import overlay_for
 from ..context import Context
@@ -44,7 +46,7 @@ OWNER_HINT = {
     "--model_dir": "llmb_model_dir",
     "--gguf_path": "llmb_model_dir (the GGUF folder with the configuration files beside the GGUF files)",
     "--model_name": "llmb_served_model_name",
-    "--optimize_config_path": "llmb_cpu_amx (the AMX rules where the CPU has AMX) / the model's rules",
+    "--optimize_config_path": "llmb_ktransformers_rules (a shipped rules file by GPU count), else llmb_cpu_amx",
 }
 
 
@@ -78,16 +80,56 @@ def amx_rules(ctx: Context) -> tuple[str | None, str]:
     name = (rules.get("amx") or {}).get(mtype)
     if not name:
         return None, f"{node.name}: AMX present, but no AMX rules for model_type {mtype!r}"
+    return _rules_path(ctx, name), f"{node.name}: AMX present (amx_tile, amx_int8, amx_bf16): {name}"
+
+
+def _rules_path(ctx: Context, name: str) -> str:
+    rules = overlay_for(ctx.data, ctx.engine, ctx.version).get("optimize_rules") or {}
     venv = common.venv_bin(ctx, "python").rsplit("/bin/", 1)[0]
-    path = f"{venv}/lib/python{rules.get('python', '3.11')}/site-packages/{rules['dir']}/{name}"
-    return path, f"{node.name}: AMX present (amx_tile, amx_int8, amx_bf16): {name}"
+    return f"{venv}/lib/python{rules.get('python', '3.11')}/site-packages/{rules['dir']}/{name}"
+
+
+def chosen_rules(ctx: Context, topo: Topology) -> tuple[str | None, list[Problem]]:
+    """llmb_ktransformers_rules: a rules file the release ships for the model, on no more GPUs than
+    the node has (the shipped files and their GPU counts: data/engines/hand/ktransformers.yml)."""
+    name = ctx.v.get("llmb_ktransformers_rules")
+    shipped = (overlay_for(ctx.data, ctx.engine, ctx.version).get("optimize_rules") or {}).get("shipped") or {}
+    gpus: dict[str, int] = shipped.get("gpus") or {}
+    mtype = ctx.model.get("config_facts", {}).get("model_type")
+    by_count = "; ".join(
+        f"{n} GPU{'s' if n > 1 else ''}: " + ", ".join(sorted(f for f, c in gpus.items() if c == n))
+        for n in sorted(set(gpus.values()))
+    )
+    if mtype not in (shipped.get("model_types") or []):
+        return None, [Problem("engine-flag-value", f"llmb_ktransformers_rules: {ctx.engine} {ctx.version} ships no "
+                              f"rules for model_type {mtype!r} in this toolkit's record",
+                              found=f"llmb_ktransformers_rules: {name}", fix="remove llmb_ktransformers_rules")]
+    if name not in gpus:
+        return None, [Problem("choice", f"llmb_ktransformers_rules: {name} is not a rules file {ctx.engine} "
+                              f"{ctx.version} ships for {ctx.model_name}; shipped, by GPU count: {by_count}",
+                              found=f"llmb_ktransformers_rules: {name}", expected=" | ".join(sorted(gpus)),
+                              fix="set llmb_ktransformers_rules to one of the files above")]
+    need, have = gpus[name], topo.devices_per_node
+    if need > have:
+        fit = sorted(f for f, c in gpus.items() if c <= have)
+        return None, [Problem("parallelism", f"llmb_ktransformers_rules: {name} places modules on {need} GPUs; "
+                              f"{ctx.platform.name} has {have} a node",
+                              found=f"llmb_ktransformers_rules: {name} ({need} GPUs)",
+                              expected=f"a file for at most {have} GPUs: {', '.join(fit)}",
+                              fix="choose a rules file for the node's GPU count")]
+    ctx.notes.append(f"KTransformers rules {name} (llmb_ktransformers_rules): {need} of {have} GPUs")
+    return _rules_path(ctx, name), []
 
 
 def engine_args(ctx: Context, topo: Topology) -> tuple[EngineArgs, list[Problem]]:
     v = ctx.v
     model_dir = str(v["llmb_model_dir"])
-    rules, why = amx_rules(ctx)
-    ctx.notes.append(why)
+    rule_problems: list[Problem] = []
+    if v.get("llmb_ktransformers_rules") is not None:
+        rules, rule_problems = chosen_rules(ctx, topo)
+    else:
+        rules, why = amx_rules(ctx)
+        ctx.notes.append(why)
     flags: list[tuple[str, Any]] = [
         ("--model_path", model_dir),
         ("--gguf_path", model_dir),
@@ -107,7 +149,7 @@ def engine_args(ctx: Context, topo: Topology) -> tuple[EngineArgs, list[Problem]
         ea.apply_mapping(section, f"data/presets/{ctx.preset_name}.yml engines.{ctx.engine}", OWNER_HINT)
     ea.apply_mapping(v.get("llmb_engine_args"), "llmb_engine_args", OWNER_HINT)
     ea.apply_argv([str(t) for t in v.get("llmb_engine_extra_args") or []], "llmb_engine_extra_args", OWNER_HINT)
-    return ea, ea.problems
+    return ea, rule_problems + ea.problems
 
 
 def services(ctx: Context, topo: Topology, ea: EngineArgs) -> list[HostPlan]:
@@ -121,6 +163,6 @@ def services(ctx: Context, topo: Topology, ea: EngineArgs) -> list[HostPlan]:
     # the server (ktransformers/server/api, v0.3.2) has no /health: healthy when /v1/models answers
     # (llmb_service_ready asks url, then url's directory + models_path)
     port = ctx.v["llmb_api_port"]
-    svc.health = dict(svc.health or {}, url=f"http://{node.address}:{port}/v1/models", path="/v1/models",
+    svc.health = dict(svc.health or {}, url=http_url(node.address, port, "/v1/models"), path="/v1/models",
                       models_path="/models")
     return [hp]

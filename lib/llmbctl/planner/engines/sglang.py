@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from llmb.ports import host_port, http_url
+
 from ...catalog import version_key
 from ...engines.capabilities import EngineCaps, HostPackage
 from ...engines.registry import overlay_for
@@ -55,7 +57,7 @@ def engine_args(ctx: Context, topo: Topology) -> tuple[EngineArgs, list[Problem]
     ]
     if topo.nodes > 1:
         flags += [
-            ("--dist-init-addr", f"{ctx.dep.head.address}:{v['llmb_sglang_dist_port']}"),
+            ("--dist-init-addr", host_port(ctx.dep.head.address, v["llmb_sglang_dist_port"])),
             ("--nnodes", topo.nodes),
         ]
     return common.build_engine_args(ctx, flags)
@@ -118,21 +120,70 @@ def pd_group_values(
     for key, flag in (("memory_fraction", "--mem-fraction-static"), ("context_length", "--context-length")):
         if gcfg.get(key) is not None:
             ea.set(flag, gcfg[key], f"{where}.{key}")
-    if cfg.get("bootstrap_port") is not None:
-        ea.set("--disaggregation-bootstrap-port", cfg["bootstrap_port"], f"{PD_VAR}.bootstrap_port")
-    if cfg.get("transfer_backend") is not None:
-        ea.apply_token("--disaggregation-transfer-backend", cfg["transfer_backend"],
-                       f"{PD_VAR}.transfer_backend", common.OWNER_HINT)
+    for key, flag in (("bootstrap_port", "--disaggregation-bootstrap-port"),
+                      ("transfer_backend", "--disaggregation-transfer-backend")):
+        if cfg.get(key) is None:
+            continue
+        origin = ea.origin.get(flag, "")
+        if flag in ea.values and origin != "planner" and str(ea.values[flag]) != str(cfg[key]):
+            # set at both levels: one would be dropped without a word
+            ea.problems.append(Problem(
+                "disaggregation",
+                f"{flag} is {ea.values[flag]} in {origin} but {PD_VAR}.{key} is {cfg[key]}: the {role} group "
+                "would take one and drop the other",
+                found=f"{origin}: {ea.values[flag]}, {PD_VAR}.{key}: {cfg[key]}",
+                expected="one value, set once",
+                fix=f"remove {flag.lstrip('-')} from {origin} and keep {PD_VAR}.{key}",
+            ))
+            continue
+        ea.apply_token(flag, cfg[key], f"{PD_VAR}.{key}", common.OWNER_HINT)
     return dict(ea.values), ea.problems[before:]
 
 
-def bootstrap_port(ctx: Context) -> int:
-    """The prefill group's bootstrap port: the inventory's, else the release's parser default."""
-    given = (ctx.v.get(PD_VAR) or {}).get("bootstrap_port")
-    if given is not None:
+def _effective(ctx: Context, values: dict[str, Any], flag: str) -> Any:
+    """A group's value of a flag: its resolved args, else the release's parser default."""
+    if flag in values:
+        return values[flag]
+    return (ctx.flagset.flags.get(flag) or {}).get("default")
+
+
+def bootstrap_port(ctx: Context, values: dict[str, Any]) -> int:
+    """The bootstrap port the prefill group binds: its resolved args (the group's engine_args,
+    llmb_engine_args or llmb_disaggregation.bootstrap_port), else the release's parser default. The
+    router reads it from there: one source for both services."""
+    given = _effective(ctx, values, "--disaggregation-bootstrap-port")
+    try:
         return int(given)
-    default = (ctx.flagset.flags.get("--disaggregation-bootstrap-port") or {}).get("default")
-    return int(default) if isinstance(default, int) and not isinstance(default, bool) else 8998
+    except (TypeError, ValueError):
+        return 8998
+
+
+# values the two groups must agree on: the KV cache one group sends the other (transfer backend,
+# page size, element type) and the model name the router serves
+PD_AGREE = ("--disaggregation-transfer-backend", "--page-size", "--kv-cache-dtype", "--served-model-name")
+
+
+def pd_agreement(ctx: Context, prefill: Any, decode: Any) -> list[Problem]:
+    """The prefill and decode groups agree on every value one uses to reach the other (PD_AGREE)."""
+    problems = []
+    for flag in PD_AGREE:
+        if flag not in ctx.flagset.flags:
+            continue
+        a = _effective(ctx, prefill.args.values, flag)
+        b = _effective(ctx, decode.args.values, flag)
+        if str(a) != str(b):
+            wa = prefill.args.origin.get(flag, "the release's default")
+            wb = decode.args.origin.get(flag, "the release's default")
+            problems.append(Problem(
+                "disaggregation",
+                f"the prefill group {prefill.name!r} and the decode group {decode.name!r} disagree on {flag}: "
+                f"{a} ({wa}) and {b} ({wb}); the KV cache one sends the other (or the name the router serves) "
+                "must be the same",
+                found=f"prefill: {a}, decode: {b}",
+                expected="one value for both groups",
+                fix=f"set {flag.lstrip('-')} once, in llmb_engine_args (or both groups' engine_args alike)",
+            ))
+    return problems
 
 
 def pd_services(
@@ -156,9 +207,9 @@ def pd_services(
                 continue
             svc.api = None
             svc.health = dict(svc.health or common.health_block(ctx, head), url=(
-                f"http://{head.address}:{ctx.v['llmb_api_port']}/health"), host=head.address)
+                http_url(head.address, ctx.v["llmb_api_port"], "/health")), host=head.address)
             if role == "prefill":
-                svc.ports.append({"port": bootstrap_port(ctx), "purpose": "disaggregation-bootstrap"})
+                svc.ports.append({"port": bootstrap_port(ctx, ea.values), "purpose": "disaggregation-bootstrap"})
     return plans
 
 
@@ -172,24 +223,51 @@ def router_rule(ctx: Context) -> dict[str, Any]:
     raise ValueError(f"data/engines/hand/{ctx.engine}.yml has no pd_router rule for {ctx.version}")
 
 
-def pd_router(ctx: Context, node: Node, prefill: Any, decode: Any, cfg: dict[str, Any]) -> tuple[Service | None,
-                                                                                                 list[Problem]]:
-    """The router on its host, started after both groups are healthy: the one endpoint of the deployment."""
+def _router_argv(rule: dict[str, Any], subst: dict[str, str], prefills: list[dict[str, str]],
+                 decodes: list[dict[str, str]]) -> list[str]:
+    """The rule's argv with its --prefill / --decode segment repeated once per instance (each with
+    that instance's URL and bootstrap port)."""
+    tokens = [str(t) for t in rule.get("argv") or []]
+    out: list[str] = []
+    i = 0
+    while i < len(tokens):
+        t = tokens[i]
+        if t in ("--prefill", "--decode"):
+            j = i + 1
+            while j < len(tokens) and tokens[j].startswith("{") and tokens[j] not in ("{host}", "{port}"):
+                j += 1
+            for inst in prefills if t == "--prefill" else decodes:
+                out += [t, *(s.format(**subst, **inst) for s in tokens[i + 1:j])]
+            i = j
+            continue
+        out.append(t.format(**subst))
+        i += 1
+    return out
+
+
+def pd_router(ctx: Context, node: Node, prefills: list[Any], decodes: list[Any], cfg: dict[str, Any]) -> tuple[
+        Service | None, list[Problem]]:
+    """The router on its host, started after every instance is healthy: the one endpoint of the
+    deployment. Each instance's URL and bootstrap port come from its own plan."""
     v = ctx.v
     rcfg = cfg.get("router") or {}
     rule = router_rule(ctx)
     port = int(rcfg.get("port") or 8000)
     api_port = v["llmb_api_port"]
-    subst = {
-        "prefill_url": f"http://{prefill.head.address}:{api_port}",
-        "decode_url": f"http://{decode.head.address}:{api_port}",
-        "bootstrap_port": str(bootstrap_port(ctx)),
-        "host": str(v["llmb_api_host"]),
-        "port": str(port),
-    }
+    prefill = prefills[0]
+    if (len(prefills) > 1 or len(decodes) > 1) and rule.get("kind") != "sglang-router":
+        return None, [Problem("disaggregation", f"several instances of a role need sglang-router (--prefill / "
+                              f"--decode once per instance); {ctx.engine} {ctx.version} uses {rule.get('kind')}",
+                              found=f"{len(prefills)} prefill, {len(decodes)} decode instance(s)",
+                              fix=f"set {PD_VAR}.prefill/decode.instances to 1, or pin a newer release")]
+    subst = {"host": str(v["llmb_api_host"]), "port": str(port)}
+    p_inst = [{"prefill_url": http_url(g.head.address, api_port),
+               "bootstrap_port": str(bootstrap_port(ctx, g.args.values))}  # what that prefill instance binds
+              for g in prefills]
+    d_inst = [{"decode_url": http_url(g.head.address, api_port)} for g in decodes]
     container = v["llmb_install"] == "container"
     python = "python3" if container else common.venv_bin(ctx, "python")
-    argv = [python, "-m", str(rule["module"]), *(str(t).format(**subst) for t in rule.get("argv") or [])]
+    argv = [python, "-m", str(rule["module"]), *_router_argv(rule, subst, p_inst, d_inst)]
     if rcfg.get("policy"):
         if rule.get("kind") != "sglang-router":
             return None, [Problem("disaggregation", f"{PD_VAR}.router.policy needs sglang-router; {ctx.engine} "
@@ -198,12 +276,11 @@ def pd_router(ctx: Context, node: Node, prefill: Any, decode: Any, cfg: dict[str
         argv += ["--policy", str(rcfg["policy"])]
     svc = Service(name="llmb-sglang-router", kind="systemd", role="router", argv=argv, order=common.ORDER_API + 10,
                   env={"PYTHONUNBUFFERED": "1"})
-    svc.depends_on = [common.dep_ref(prefill.head, "llmb-sglang-prefill"),
-                      common.dep_ref(decode.head, "llmb-sglang-decode")]
+    svc.depends_on = [common.dep_ref(g.head, f"llmb-sglang-{g.role}") for g in (*prefills, *decodes)]
     svc.after_healthy = [
         dict(g.plans[0].services[0].health, role=g.role, group=g.name, node=g.head.name,
              service=g.plans[0].services[0].name)
-        for g in (prefill, decode)
+        for g in (*prefills, *decodes)
         if g.plans and g.plans[0].services and g.plans[0].services[0].health
     ]
     svc.notes = [f"{rule.get('kind')}: python -m {rule['module']}"
@@ -212,8 +289,8 @@ def pd_router(ctx: Context, node: Node, prefill: Any, decode: Any, cfg: dict[str
         penv, pdevices, pmounts, pcontainer = common.platform_bits(ctx)
         svc = containers.containerize(ctx, svc, containers.default_image(ctx), [], [], pcontainer)
     svc.ports = [{"port": port, "purpose": "api"}]
-    svc.health = dict(common.health_block(ctx, node), url=f"http://{node.address}:{port}/health", port=port)
+    svc.health = dict(common.health_block(ctx, node), url=http_url(node.address, port, "/health"), port=port)
     svc.api = dict(common.api_block(ctx, prefill.topo, node, prefill.args.values),
-                   base_url=f"http://{node.address}:{port}/v1")
+                   base_url=http_url(node.address, port, "/v1"))
     svc.ready = common.ready_tcp(ctx, node, port)
     return svc, []

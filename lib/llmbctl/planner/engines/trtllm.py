@@ -25,6 +25,10 @@ CAPS = EngineCaps(
     memory_model="free",
     modes=("single", "mpirun"),
     head_address_use="the mpirun host list",
+    ipv6_refused=(
+        "mpirun's -H list is host:slots (a colon ends the host name), which has no form for an IPv6 literal "
+        "(Open MPI documents no bracket syntax for -H)"
+    ),
     data_parallel_refused=(
         "trtllm-serve has no data-parallel flag; attention DP is set in the extra LLM API options",
         "set llmb_data_parallel: 1 (enable_attention_dp lives in llmb_trtllm_extra_llm_api_options)",

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from llmb.ports import host_port
+
 from ...catalog import Catalog
 from ...engines.capabilities import EngineCaps, HostPackage
 from ...engines.registry import FlagSet, load_flagset
@@ -149,7 +151,7 @@ def _ray_argv(ctx: Context, fs: FlagSet, node: Node, head: Node, exe: str) -> li
             "--dashboard-port": v["llmb_ray_dashboard_port"],
         }
     else:
-        values = {"--address": f"{head.address}:{v['llmb_ray_port']}", **values}
+        values = {"--address": host_port(head.address, v["llmb_ray_port"]), **values}
     values["--disable-usage-stats"] = True
     values["--block"] = True
     argv = [exe, "start"]
@@ -250,7 +252,7 @@ def services(ctx: Context, topo: Topology, ea: EngineArgs) -> list[HostPlan]:
         if is_head and topo.mode == "ray":
             svc.depends_on = [common.dep_ref(n, ray_name) for n in nodes]
             # vLLM joins the running Ray cluster (ray.init reads RAY_ADDRESS; no /tmp/ray lookup)
-            svc.env["RAY_ADDRESS"] = f"{head.address}:{v['llmb_ray_port']}"
+            svc.env["RAY_ADDRESS"] = host_port(head.address, v["llmb_ray_port"])
             if svc.kind == "exec":
                 svc.exec_in = ray_name
                 svc.argv = containers.exec_argv(svc.name, ray_name, svc.env, argv)

@@ -106,7 +106,7 @@ def test_amx_rules_follow_the_verify_facts():
 
 def test_bad_inputs_refused():
     with pytest.raises(PlanError) as err:
-        _plan_with(llmb_cpu_amx="yes")
+        _plan_with(llmb_cpu_amx="perhaps")
     assert any("llmb_cpu_amx" in p.message for p in err.value.problems)
     with pytest.raises(PlanError) as err:
         _plan_with(llmb_engine_args={"cache_lens": 30000, "optimize_config_path": "/tmp/x.yaml"})
