@@ -63,8 +63,11 @@ def _parse_all(probes: list[dict]):
             errors.append({"probe": pr["name"], "kind": kind, "cmd": pr.get("cmd"), "parsed": True,
                            "error": f"{kind}: {f}", "line": f.line, "capture": True})
         if pr.get("rc") not in ok_rcs:
-            errors.append({"probe": pr["name"], "kind": kind, "cmd": pr.get("cmd"), "parsed": True,
-                           "error": f"exit status {pr.get('rc')} (output parsed): {(pr.get('stderr') or '').strip()[:200]}"})
+            # A tool that failed is a finding even when it printed something first (ibstat stops at the
+            # device it cannot stat with exit 255): the capture check fails, naming the status and stderr.
+            errors.append({"probe": pr["name"], "kind": kind, "cmd": pr.get("cmd"), "parsed": True, "capture": True,
+                           "error": f"exit status {pr.get('rc')} (output parsed up to the failure): "
+                                    f"{(pr.get('stderr') or '').strip()[:200] or 'no stderr'}"})
         parsed.setdefault(kind, []).append((pr, result))
         collected.append(pr["name"])
     return parsed, errors, collected
@@ -266,7 +269,7 @@ def _nvidia(facts, parsed):
 
 
 def _amd(facts, parsed):
-    static = _first(parsed, "amd-smi-static-json")
+    static = _first(parsed, "amd-smi-static-json") or _first(parsed, "amd-smi-static")  # JSON or text: one model
     table = _first(parsed, "amd-smi")
     rtopo = _first(parsed, "rocm-smi-topo")
     atopo = _first(parsed, "amd-smi-topology-json")
@@ -346,7 +349,11 @@ def _ascend(facts, parsed):
             if dev["device"] is None:
                 continue
             rec = hccn.setdefault(f"NPU{dev['device']}", {"device": dev["device"]})
-            rec.update({k: v for k, v in dev.items() if k != "device"})
+            rec.update({k: v for k, v in dev.items() if k not in ("device", "pings", "errors")})
+            if dev.get("pings"):
+                rec.setdefault("pings", []).extend(dev["pings"])
+            if dev.get("errors"):
+                rec.setdefault("errors", []).extend(dev["errors"])
     failed = [e for e in facts["errors"] if e["kind"] == "hccn-tool"]
     for e in failed:
         m = _HCCN_CMD.search(e.get("cmd") or "")
