@@ -3,7 +3,6 @@ and rocm-smi (concise table, --showtopo)."""
 
 from __future__ import annotations
 
-import json
 import re
 
 from ._text import ParseError, clean_lines, load_json, na, to_float, to_int
