@@ -144,7 +144,8 @@ def parse_lscpu(text: str) -> dict:
         last = key.strip()
         fields.setdefault(last, value.strip())
     out = _lscpu(fields, kind)
-    out["warnings"] = warnings
+    if warnings:
+        out["warnings"] = warnings
     return out
 
 

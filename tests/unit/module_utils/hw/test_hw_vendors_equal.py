@@ -1,6 +1,6 @@
 """Issue #30: every real AMD, Ascend and RDMA output read right or refused with its line.
 
-The captures are public real outputs under tests/fixtures/public (each file's header names its source
+The captures are public real outputs under tests/fixtures/captures (each file's header names its source
 and what was elided); a few tests damage a real capture the way a terminal or an author does (a
 hard-wrapped line, an author's '...') and say so.
 """
@@ -19,7 +19,7 @@ from llmb.hw.facts import build_facts
 from llmb.hw.kinds import detect_kind
 
 ROOT = Path(__file__).resolve().parents[4]
-PUBLIC = ROOT / "tests" / "fixtures" / "public"
+PUBLIC = ROOT / "tests" / "fixtures" / "captures"  # tests/fixtures/public would shadow ../shared/fixtures
 
 
 def cap(rel: str) -> str:
