@@ -387,6 +387,8 @@ def read_bundle(directory: str) -> list[dict]:
         rc = meta.get("exit_status", 0)
         if kind == "systemctl-is-active" and rc in (3, 4):
             ok_rcs = [0, 3, 4]
+        elif isinstance(rc, int) and re.search(r";|&&|\|", meta.get("command", "")):
+            ok_rcs = [0, rc]  # a compound command line's status is its last command's, not this tool's
         else:
             ok_rcs = [0]
         probes.append({"name": fname[:-4], "kind": kind, "cmd": meta.get("command", ""), "rc": rc if isinstance(rc, int) else 0,
