@@ -101,7 +101,8 @@ VENDOR_PROBES = {
         _p("version-info", "ascend-version-info", file="/usr/local/Ascend/driver/version.info"),
     ],
 }
-HCCN_QUERIES = (("link", "-link"), ("ip", "-ip"), ("net_health", "-net_health"))
+HCCN_QUERIES = (("link", "-link"), ("ip", "-ip"), ("net_health", "-net_health"), ("gateway", "-gateway"),
+                ("netdetect", "-netdetect"))
 
 
 def search_path() -> str:
@@ -315,7 +316,8 @@ def hccn_devices(npu_smi_stdout: str) -> list[int]:
 
 
 def hccn_probes(devices: list[int], queries=None) -> list[dict]:
-    wanted = [q for q in HCCN_QUERIES if queries is None or q[0] in queries]
+    queries = ("link", "ip", "net_health") if queries is None else queries  # accel_probe's default
+    wanted = [q for q in HCCN_QUERIES if q[0] in queries]
     return [
         _p(f"hccn-{dev}-{name}", "hccn-tool", ["hccn_tool", "-i", str(dev), flag, "-g"]) for dev in devices
         for name, flag in wanted
