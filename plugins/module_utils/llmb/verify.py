@@ -952,7 +952,7 @@ def fabric_checks(profile: dict, nodes: dict, ibbw: dict | None = None, allreduc
 def hccn_addresses(facts: dict) -> dict:
     """{NPU index (str): its HCCN address} of a node whose port is up (the fabric play's ping targets)."""
     out = {}
-    for name, rec in sorted((facts.get("hccn") or {}).items()):
+    for _name, rec in sorted((facts.get("hccn") or {}).items()):
         if rec.get("ipaddr") and rec.get("link") in (None, "UP") and rec.get("device") is not None:
             out[str(rec["device"])] = rec["ipaddr"]
     return out
