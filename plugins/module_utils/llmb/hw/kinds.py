@@ -22,7 +22,7 @@ KINDS = {
     "nvidia-proc-version": (nvidia.parse_proc_version, "`cat /proc/driver/nvidia/version`"),
     "npu-smi-info": (ascend.parse_npu_smi, "`npu-smi info`"),
     "npu-smi-topo": (ascend.parse_npu_topo, "`npu-smi info -t topo`"),
-    "hccn-tool": (ascend.parse_hccn, "`hccn_tool -i N -link|-ip|-net_health|-lldp -g`"),
+    "hccn-tool": (ascend.parse_hccn, "`hccn_tool -i N -link|-ip|-net_health|-lldp|-gateway|-netdetect -g`, `-ping -g address A`"),
     "ascend-version-info": (ascend.parse_version_info, "`cat /usr/local/Ascend/driver/version.info`"),
     "amd-smi": (amd.parse_amd_smi_table, "default `amd-smi` table"),
     "amd-smi-version": (amd.parse_amd_smi_version, "`amd-smi version`"),

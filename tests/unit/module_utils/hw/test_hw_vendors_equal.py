@@ -225,3 +225,14 @@ def test_every_kind_refuses_with_file_line_text_and_expectation(tmp_path, kind, 
                           capture_output=True, text=True)
     assert proc.returncode == 2
     assert f"{path}:{line}: error: " in proc.stderr and f"| {shown}" in proc.stderr, proc.stderr
+
+
+def test_docs_verify_lists_every_kind_with_its_command():
+    from llmb.hw.kinds import KINDS
+
+    doc = (ROOT / "docs" / "verify.md").read_text(encoding="utf-8")
+    table = doc[doc.index("### Every kind: command, facts, refusal"):]
+    rows = [ln for ln in table.splitlines() if ln.startswith("| `")]
+    listed = {k.strip("` ") for row in rows for k in row.split("|")[1].split("/")}
+    assert set(KINDS) <= listed, sorted(set(KINDS) - listed)
+    assert "hwfacts: FILE:LINE: error: expected" in table
