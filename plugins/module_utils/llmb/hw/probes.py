@@ -101,6 +101,7 @@ VENDOR_PROBES = {
         _p("version-info", "ascend-version-info", file="/usr/local/Ascend/driver/version.info"),
     ],
 }
+TEXT_TWINS = ("amd-smi-static-json", "amd-smi-list-json")  # JSON kinds with a text kind of the same facts
 HCCN_QUERIES = (("link", "-link"), ("ip", "-ip"), ("net_health", "-net_health"), ("gateway", "-gateway"),
                 ("netdetect", "-netdetect"))
 
@@ -338,6 +339,15 @@ def run_probes(vendor: str = "auto", timeout: float = 60, only: list[str] | None
         for res in pool.map(lambda p: run_one(p, timeout), plan):
             if res is not None:
                 results.append(res)
+        # amd-smi without --json (older releases print text only): the same command's text form, read by
+        # its text kind (one data model, two readers).
+        fallback = [dict(p, name=p["name"] + "-text", kind=p["kind"][: -len("-json")],
+                         argv=[a for a in p["argv"] if a != "--json"])
+                    for p in plan for r in results
+                    if r["name"] == p["name"] and p["kind"] in TEXT_TWINS and r.get("rc") not in (0, None)]
+        for res in pool.map(lambda p: run_one(p, timeout), fallback):
+            if res is not None and res.get("rc") == 0:
+                results = [r for r in results if r["name"] != res["name"][: -len("-text")]] + [res]
         if vendor == "ascend" and (not only or any(n.startswith("hccn") for n in only)):
             npu = next((r for r in results if r["name"] == "npu-smi"), None)
             ids = devices if devices is not None else hccn_devices(npu["stdout"] if npu else "")

@@ -236,3 +236,30 @@ def test_docs_verify_lists_every_kind_with_its_command():
     listed = {k.strip("` ") for row in rows for k in row.split("|")[1].split("/")}
     assert set(KINDS) <= listed, sorted(set(KINDS) - listed)
     assert "hwfacts: FILE:LINE: error: expected" in table
+
+
+def test_probe_reads_the_text_form_where_amd_smi_has_no_json(tmp_path, monkeypatch):
+    """An amd-smi that refuses --json (older releases): the probe runs the text form and the node's
+    facts come out of it, the same data model as the JSON form's."""
+    import stat
+
+    from llmb.hw.probes import run_probes
+
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    static = tmp_path / "static.txt"
+    static.write_text(cap("amd-smi/radeon890m-apu-static-text-rocm72.txt").split("\n\n", 1)[1])
+    listing = tmp_path / "list.txt"
+    listing.write_text(cap("amd-smi/mi210-2gpu-list-distinct-uuid-rocm-5480.txt").split("\n\n", 1)[1])
+    script = bindir / "amd-smi"
+    script.write_text("#!/bin/sh\ncase \"$*\" in\n"
+                      f'  "static") cat "{static}";;\n  "list") cat "{listing}";;\n'
+                      '  *) echo "amd-smi: error: unrecognized arguments: --json" >&2; exit 2;;\nesac\n')
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("PATH", f"{bindir}:/usr/bin:/bin")  # the stub's cat
+    monkeypatch.setattr("llmb.hw.probes.EXTRA_PATH", ())
+    raw = run_probes("amd", only=["amd-smi-static", "amd-smi-list"])
+    kinds = {p["name"]: p["kind"] for p in raw["probes"]}
+    assert kinds == {"amd-smi-static-text": "amd-smi-static", "amd-smi-list-text": "amd-smi-list"}, raw["probes"]
+    facts = build_facts(raw["probes"], "amd")
+    assert facts["devices"][0]["bus_id"] == "0000:c5:00.0" and not facts["errors"], facts["errors"]
