@@ -133,7 +133,7 @@ _TOOL_FAILED = re.compile(r"(error|fail|invalid|busy|not support|unreachable|tim
 
 
 def parse_hccn(text: str, device: int | None = None) -> dict:
-    """hccn_tool -i N -link|-ip|-net_health|-lldp|-gateway|-netdetect -g and -ping -g address A, one or
+    """hccn_tool -i N -link|-ip|-net_health|-lldp|-gateway|-netdetect|-route|-hw_stats -g and -ping -g address A, one or
     several outputs (a shell loop's).
 
     Echoed command lines (`hccn_tool -i 3 -ip -g`) and ping headers (`device 3 PING 10.0.0.2`) switch
@@ -150,6 +150,7 @@ def parse_hccn(text: str, device: int | None = None) -> dict:
     lldp: dict | None = None
     lldp_key = None
     ping: dict | None = None
+    routes: list | None = None
 
     def rec():
         return devices.setdefault(current, {"device": current})
@@ -193,6 +194,24 @@ def parse_hccn(text: str, device: int | None = None) -> dict:
         if s in ("...", "\u2026"):
             elisions.append(n)
             continue
+        if s == "route table:":
+            routes = rec().setdefault("routes", [])
+            lldp = ping = None
+            continue
+        if routes is not None and re.match(r"^Destination\s+Gateway\s+Genmask\s+Flags", s):
+            continue
+        m = re.match(r"^(\S+)\s+(\S+)\s+(\d+\.\d+\.\d+\.\d+)\s+([A-Z!]+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\S+)$", s)
+        if routes is not None and m:
+            routes.append({"destination": m.group(1), "gateway": None if m.group(2) == "*" else m.group(2),
+                           "genmask": m.group(3), "flags": m.group(4), "metric": int(m.group(5)),
+                           "iface": m.group(8)})
+            continue
+        m = re.match(r"^\[devid (\d+)\]\s+(\w+):\s*(\d+)$", s)
+        if m:
+            current = int(m.group(1))
+            rec().setdefault("hw_stats", {})[m.group(2)] = int(m.group(3))
+            continue
+        routes = None  # any other line ends the route table
         m = re.match(r"^link status:\s*(\S+)$", s, re.IGNORECASE)
         if m:
             rec()["link"] = m.group(1).upper()

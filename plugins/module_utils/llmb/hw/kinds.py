@@ -22,7 +22,7 @@ KINDS = {
     "nvidia-proc-version": (nvidia.parse_proc_version, "`cat /proc/driver/nvidia/version`"),
     "npu-smi-info": (ascend.parse_npu_smi, "`npu-smi info`"),
     "npu-smi-topo": (ascend.parse_npu_topo, "`npu-smi info -t topo`"),
-    "hccn-tool": (ascend.parse_hccn, "`hccn_tool -i N -link|-ip|-net_health|-lldp|-gateway|-netdetect -g`, `-ping -g address A`"),
+    "hccn-tool": (ascend.parse_hccn, "`hccn_tool -i N -link|-ip|-net_health|-lldp|-gateway|-netdetect|-route|-hw_stats -g`, `-ping -g address A`"),
     "ascend-version-info": (ascend.parse_version_info, "`cat /usr/local/Ascend/driver/version.info`"),
     "amd-smi": (amd.parse_amd_smi_table, "default `amd-smi` table"),
     "amd-smi-version": (amd.parse_amd_smi_version, "`amd-smi version`"),
@@ -199,7 +199,8 @@ def _detect_content(body: str) -> str | None:
         return "ibstat"
     if re.match(r"^hca_id:", first):
         return "ibv-devinfo"
-    if re.search(r"^(link status|net health status|ipaddr|netmask):", s, re.M | re.I) or re.search(
+    if re.search(r"^(link status|net health status|ipaddr|netmask|default gateway|netdetect address|route table):", s,
+                 re.M | re.I) or re.match(r"^(device \d+ PING6? |\[devid \d+\] \w+: \d+$|recv (seq|time out))", first) or re.search(
         r"^Chassis ID TLV$", s, re.M
     ) or "hccn_tool" in first:
         return "hccn-tool"

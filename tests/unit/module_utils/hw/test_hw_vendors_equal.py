@@ -130,6 +130,23 @@ def test_hccn_gateway_and_netdetect():
     assert not bare.ok and bare.errors[0].line == 2
 
 
+def test_hccn_route_and_hw_stats():
+    route = parse_checked(cap("hccn_tool/atlas800-9000-route-g-dev0.txt"))
+    assert route.kind == "hccn-tool" and route.clean, route.findings
+    routes = route.facts["devices"][0]["routes"]
+    assert len(routes) == 13 and routes[0] == {"destination": "127.0.0.1", "gateway": None, "genmask": "255.255.255.255",
+                                               "flags": "UH", "metric": 0, "iface": "lo"}
+    assert [r["iface"] for r in routes if r["destination"].startswith("192.168.") and r["iface"].startswith("eth")] == [
+        "eth0", "eth1", "eth2", "eth3"]
+    hw = parse_checked(cap("hccn_tool/910b1-huaweicloud-dev3-hw_stats-g.txt"))
+    assert hw.clean and hw.facts["devices"] == [{"device": 3, "hw_stats": {
+        "pd_alloc": 1, "pd_dealloc": 0, "mr_alloc": 0, "mr_dealloc": 0, "cq_alloc": 1, "cq_dealloc": 0, "qp_alloc": 1,
+        "qp_dealloc": 0, "pd_active": 1, "mr_active": 0, "cq_active": 1, "qp_active": 1, "aeqe": 0, "ceqe": 0}}]
+    for rel in ("hccn_tool/atlas800-9000-route-g-dev0.txt", "hccn_tool/910b1-huaweicloud-dev3-hw_stats-g.txt",
+                "hccn_tool/mindie-doc-ping-partial-loss.txt", "hccn_tool/910b3-8npu-gateway-loop-mindie-deepseekv3.txt"):
+        assert detect_kind(cap(rel).split("\n\n", 1)[1]) == "hccn-tool", rel  # from the content alone
+
+
 def test_hccn_ping_cut_before_its_summary_is_a_finding():
     text = cap("hccn_tool/910b3-8npu-ping-loop-mindie-deepseekv3.txt").rstrip("\n").rsplit("\n", 1)[0] + "\n"
     res = parse_checked(text)  # the last device's summary line cut (a derived damage of the real capture)
