@@ -34,6 +34,7 @@ ARG_SPEC = {
     "allreduce_var": {"type": "str", "default": "__verify_fabric_allreduce"},
     "hccn_ping_var": {"type": "str", "default": "__verify_fabric_hccn_ping"},
     "record_rails": {"type": "bool", "default": True},
+    "rdma": {"type": "bool", "default": True},
     "allreduce_skipped": {"type": "str", "default": ""},
 }
 
@@ -82,8 +83,8 @@ class ActionModule(ControllerAction, ActionBase):
         addresses = {h: (hostvars[h].get(args["result_var"]) or {}).get("hccn_addresses") or {} for h in hosts}
         pairs = V.hccn_ping_pairs(hosts, addresses) if len(hosts) > 1 else {}
         pings = {h: got for h in hosts if (got := _json(hostvars[h].get(args["hccn_ping_var"]))) is not None}
-        if any(pairs.values()) and (allreduce or {}).get("skipped"):
-            allreduce = None  # Ascend runs no NCCL all-reduce: the NPU pings are its cross-node test
+        if not args["rdma"]:
+            allreduce = None  # the RDMA part was not in play (Ascend: the NPU pings are the cross-node test)
         try:
             checks = V.fabric_checks(profile, nodes, ibbw or None, allreduce)
         except ValueError as exc:
