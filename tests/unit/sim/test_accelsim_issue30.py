@@ -47,3 +47,16 @@ def test_ibstat_abort_prints_the_devices_before_then_ibpanic(node):
     assert [c["name"] for c in res.facts["cas"]] == ["mlx5_0", "mlx5_1"]
     both = parse_checked(out + err, kind="ibstat")  # stdout and stderr together, as gpud#752 shows them
     assert not both.ok and "mlx5_2" in both.errors[0].message
+
+
+def test_rocm_smi_showproductname_reads_back_like_the_public_capture(node):
+    node.use("mi300x-8", "node1")
+    out = node.out("rocm-smi", "--showproductname")
+    res = parse_checked(out, kind="rocm-smi-productname")
+    assert res.clean, res.findings
+    g = res.facts["gpus"]
+    assert len(g) == 8 and g[0]["card_series"] == "Instinct MI300X" and g[0]["device_id"] == "0x74a1"
+    assert g[0]["gfx_version"] == "gfx942" and isinstance(g[0]["node_id"], int)
+    real = (ROOT / "tests/fixtures/captures/rocm-smi/mi210-2gpu-showproductname-rocm-5480.txt").read_text()
+    fields = [ln.split(":")[1].strip() for ln in real.splitlines() if ln.startswith("GPU[0]")]
+    assert fields == [ln.split(":")[1].strip() for ln in out.splitlines() if ln.startswith("GPU[0]")]  # same layout

@@ -286,6 +286,12 @@ def _amd(facts, parsed):
             devices.append({"index": g["gpu"], "name": f"GPU{g['gpu']}", "model": g["name"],
                             "memory_mib": g["mem_total_mb"], "bus_id": norm_bus(g["bdf"]), "numa_node": None})
         facts["driver_version"] = table["amdgpu_version"]
+    product = _first(parsed, "rocm-smi-productname")
+    if not devices and product is not None:
+        # rocm-smi only (no amd-smi): the card series names the model; memory and bus come from nothing here
+        for g in product["gpus"]:
+            devices.append({"index": g["gpu"], "name": f"GPU{g['gpu']}", "model": g.get("card_series"),
+                            "memory_mib": None, "bus_id": None, "numa_node": None})
     devices.sort(key=lambda d: d["index"])
     rnuma = {g["index"]: g["numa_node"] for g in rtopo["gpus"]} if rtopo else {}
     pci = _pci_numa(parsed)

@@ -94,6 +94,7 @@ VENDOR_PROBES = {
         _p("amd-smi-topology", "amd-smi-topology-json", ["amd-smi", "topology", "--json"]),
         _p("amd-smi-list", "amd-smi-list-json", ["amd-smi", "list", "--json"]),
         _p("rocm-showtopo", "rocm-smi-topo", ["rocm-smi", "--showtopo"], optional=True),
+        _p("rocm-productname", "rocm-smi-productname", ["rocm-smi", "--showproductname"], optional=True),
     ],
     "ascend": [
         _p("npu-smi", "npu-smi-info", ["npu-smi", "info"]),

@@ -280,3 +280,10 @@ def test_probe_reads_the_text_form_where_amd_smi_has_no_json(tmp_path, monkeypat
     assert kinds == {"amd-smi-static-text": "amd-smi-static", "amd-smi-list-text": "amd-smi-list"}, raw["probes"]
     facts = build_facts(raw["probes"], "amd")
     assert facts["devices"][0]["bus_id"] == "0000:c5:00.0" and not facts["errors"], facts["errors"]
+
+
+def test_rocm_smi_only_node_gets_its_devices_from_showproductname():
+    body = cap("rocm-smi/mi210-2gpu-showproductname-rocm-5480.txt").split("\n\n", 1)[1]
+    facts = build_facts([{"name": "rocm-productname", "kind": "rocm-smi-productname", "cmd": "rocm-smi --showproductname",
+                          "rc": 0, "stdout": body}], vendor="amd")
+    assert [(d["name"], d["model"]) for d in facts["devices"]] == [("GPU0", "Instinct MI210"), ("GPU1", "Instinct MI210")]
