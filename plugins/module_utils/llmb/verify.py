@@ -978,9 +978,8 @@ def hccn_ping_pairs(hosts: list[str], addresses: dict) -> dict:
 def hccn_ping_checks(pairs: dict, results: dict) -> dict:
     """fabric.hccn_ping.NPU<i>.<peer> per pair: the ping from NPU i of host to NPU i of peer answered
     every packet. results: {host: the hccn-ping JSON of llmb_fabric_probe.py}. {host: [checks]}."""
-    from llmb.hw._text import (
-        ParseError,  # the node-side parsers (absolute: verify.py may move controller-side)
-    )
+    # the node-side parsers, imported absolutely (verify.py may move to the controller side)
+    from llmb.hw._text import ParseError
     from llmb.hw.ascend import parse_hccn
 
     out: dict = {h: [] for h in pairs}
