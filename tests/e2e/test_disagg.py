@@ -15,7 +15,6 @@ import os
 import shlex
 import shutil
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -24,11 +23,10 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "plugins" / "module_utils"))
 
-from llmb.catalog import Catalog  # noqa: E402
-from llmb.pdhealth import group_report  # noqa: E402
-from llmb.planner import plan_inventory  # noqa: E402
+from llmbctl.catalog import Catalog  # noqa: E402
+from llmbctl.pdhealth import group_report  # noqa: E402
+from llmbctl.planner import plan_inventory  # noqa: E402
 
 VERSION = "0.5.23"
 NODE_DIR = "/opt/llmb/pdsim"

@@ -13,10 +13,10 @@ from types import SimpleNamespace
 
 import pytest
 import yaml
-from llmb.catalog import Catalog
-from llmb.planner import plan_inventory
-from llmb.planner.engines import sglang
-from llmb.planner.model import PlanError
+from llmbctl.catalog import Catalog
+from llmbctl.planner import plan_inventory
+from llmbctl.planner.engines import sglang
+from llmbctl.planner.model import PlanError
 from planner_helpers import REPO, canonical_pairs, flagset_of, load_inventory, recipe_tokens, service
 
 SCRIPT = REPO / "scripts" / "launch-plan"

@@ -1,0 +1,321 @@
+"""The deployment, resolved once: inventory + catalog -> one JSON document every stage reads.
+
+Stage 0 (playbooks/_run.yml) calls ``resolve`` on the controller, writes the document to
+``<artifacts>/<run-id>/deployment.json`` and gives every host its view (``host_view``) as the fact
+``llmb_deployment``; ``scripts/launch-plan --deployment`` prints the same document. Roles read
+their part of it and decide nothing it already says.
+
+The document (key order fixed, JSON-ready):
+
+    schema        DOCUMENT_SCHEMA
+    run           {id, artifacts_dir}              (left out of the hash)
+    planned       true when the launch plan could be made
+    problems      the planner's problems (dicts) when it could not; [] otherwise
+    platform      {name, vendor}
+    engine        {name, version, install, channel, venv | null, image {ref, digest, id} | null}
+    model         {profile, repo_id, revision, commit, allow_patterns, dir, served_name}
+    dirs          node directory layout (llmbctl.layout)
+    ports         {api, ray, ray_dashboard, dp_rpc, sglang_dist, sshd}
+    start_levels  the plan's start orders, ascending
+    hosts         {name: {address, rank, config_patches, plan}}, plan = the launch-plan entry
+    hash          sha256 of the canonical JSON of everything but run and hash
+
+An inventory that cannot be planned (a verify-only inventory, say) still gives a document: the
+sections the inventory states by itself (platform name, engine name, install, dirs, ports, hosts
+with their addresses) are filled, the rest are null, ``planned`` is false and ``problems`` says
+why. Stages that need the plan fail on that; verify, collect and report do not need it.
+
+Pins: ``resolve`` fills ``model.commit`` and ``engine.image.digest`` from what the inventory
+states without any network (a 40-hex revision, weights_revision, engine_image_pins). Stage 0 then
+calls ``pin`` (llmbctl.pins): a branch is resolved to its commit at the hub, a tag to its digest at
+the registry, both recorded in ``<inventory>/llmb.lock.json``; what cannot be resolved is listed in
+``pins.problems`` and refuses every stage that needs the plan, before any host is contacted.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from typing import Any
+
+from llmb.fsutil import write_text_if_changed
+
+from . import layout
+from .planner import PlanError, plan_inventory
+from .planner.inventory import GROUP, KNOB_BY_NAME, node_address
+
+DOCUMENT_SCHEMA = 1
+PORT_KNOBS = (
+    ("api", "llmb_api_port"),
+    ("ray", "llmb_ray_port"),
+    ("ray_dashboard", "llmb_ray_dashboard_port"),
+    ("dp_rpc", "llmb_dp_rpc_port"),
+    ("sglang_dist", "llmb_sglang_dist_port"),
+    ("sshd", "llmb_sshd_port"),
+)
+
+
+class DeploymentError(Exception):
+    """A value of the run (id, directory) cannot be used; the message names it."""
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, str):
+        return str(value)
+    if isinstance(value, bool) or value is None or isinstance(value, (int, float)):
+        return value
+    if isinstance(value, dict) or hasattr(value, "items"):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return str(value)
+
+
+def _shared_vars(hostvars: Any, groups: dict[str, Any]) -> dict[str, Any]:
+    """Variables of the first accelerator node (else of the only host): what the stages share."""
+    names = [str(h) for h in (groups.get(GROUP) or [])] or [str(h) for h in (groups.get("all") or [])][:1]
+    if not names:
+        return {}
+    hv = hostvars[names[0]] if names[0] in hostvars else None
+    return hv if hv is not None else {}
+
+
+def _get(hv: Any, key: str) -> Any:
+    try:
+        value = hv.get(key)
+    except Exception:  # an undefined or untemplatable value reads as unset here; the planner reports it
+        return None
+    return _plain(value)
+
+
+def _knob(hv: Any, key: str) -> Any:
+    value = _get(hv, key)
+    return KNOB_BY_NAME[key].default if value is None else value
+
+
+def validate_run_id(run_id: str) -> str:
+    """A run id names a directory: letters, digits, '.', '_', '-', '+', ':' only, not '.'/'..'."""
+    rid = str(run_id or "")
+    ok = rid not in ("", ".", "..") and len(rid) <= 128
+    ok = ok and all(c.isalnum() or c in "._-+:" for c in rid)
+    if not ok:
+        raise DeploymentError(
+            f"run id {rid!r} (LLMB_RUN_ID): expected 1-128 characters of letters, digits and . _ - + :, "
+            "found a path separator, space or other character; set LLMB_RUN_ID to a plain name"
+        )
+    return rid
+
+
+def _pins(shared: Any, model_revision: str | None, image_ref: str | None) -> dict[str, Any]:
+    """PINS HOOK (llmbctl.pins replaces this): the model commit and the image digest/id from the inventory.
+
+    model commit: weights_revision, else the model profile's revision.
+    image: engine_image_pins[<ref>] = {digest, id}.
+    """
+    commit = _get(shared, "weights_revision") or model_revision
+    pins = _get(shared, "engine_image_pins") or {}
+    pin = pins.get(image_ref) if isinstance(pins, dict) and image_ref else None
+    pin = pin if isinstance(pin, dict) else {}
+    return {
+        "commit": str(commit) if commit else None,
+        "image_digest": str(pin["digest"]) if pin.get("digest") else None,
+        "image_id": str(pin["id"]) if pin.get("id") else None,
+    }
+
+
+def _engine_channel(vendor: str | None) -> str:
+    """Index channel of a host install: the recipes' ROCm index on AMD, the stable one elsewhere."""
+    return "rocm" if vendor == "amd" else "stable"
+
+
+def resolve(
+    hostvars: Any,
+    groups: dict[str, Any],
+    run_id: str | None = None,
+    artifacts_dir: str | None = None,
+    data_dir: str | None = None,
+    host_set: dict[str, list[str]] | None = None,
+) -> dict[str, Any]:
+    """The deployment document of an inventory (pure: no file is written, no host contacted).
+
+    host_set: per host, the variable names set on the host itself (planner/inventory.py)."""
+    groups = {str(k): list(v or []) for k, v in dict(groups).items()}
+    shared = _shared_vars(hostvars, groups)
+    problems: list[dict[str, Any]] = []
+    planned = None
+    if groups.get(GROUP):
+        try:
+            planned = plan_inventory(hostvars, groups, data_dir, host_set=host_set)
+        except PlanError as err:
+            problems = [p.to_dict() for p in err.problems]
+    else:
+        problems = [
+            {
+                "check": "hosts",
+                "message": f"the inventory has no hosts in group {GROUP}",
+                "found": None,
+                "expected": f"a group {GROUP} listing the accelerator nodes",
+                "fix": f"add the nodes under 'children: {GROUP}: hosts:' in hosts.yml",
+                "host": None,
+            }
+        ]
+
+    v = planned.ctx.v if planned else shared
+    install = _knob(v, "llmb_install")
+    engine_name = _get(v, "llmb_engine")
+    version = planned.ctx.version if planned else _get(v, "llmb_engine_version")
+    version = str(version) if version is not None else None
+    vendor = planned.ctx.platform.vendor if planned else None
+    plans = planned.to_list() if planned else []
+
+    image_ref = None
+    if install == "container":
+        images = [s.get("image") for p in plans for s in p.get("services") or [] if s.get("image")]
+        image_ref = images[0] if images else _get(v, "llmb_container_image")
+    profile = planned.ctx.model if planned else {}
+    pins = _pins(shared, profile.get("revision"), image_ref)
+
+    engine = {
+        "name": engine_name,
+        "version": version,
+        "install": install,
+        "channel": _engine_channel(vendor) if install == "host" else None,
+        "venv": (
+            layout.engine_venv(engine_name, version, _get(v, "llmb_engine_venv"))
+            if install == "host" and engine_name and version
+            else None
+        ),
+        "image": (
+            {"ref": image_ref, "digest": pins["image_digest"], "id": pins["image_id"]} if image_ref else None
+        ),
+    }
+    files = profile.get("files") or {}
+    model = {
+        "profile": _get(v, "llmb_model"),
+        "repo_id": profile.get("repo_id"),
+        "revision": profile.get("revision"),
+        "commit": pins["commit"],
+        "allow_patterns": files.get("allow_patterns") if isinstance(files, dict) else None,
+        "dir": _get(v, "llmb_model_dir"),
+        "served_name": planned.ctx.served_name if planned else None,
+    }
+
+    hosts: dict[str, Any] = {}
+    if planned:
+        for entry in plans:
+            hosts[entry["host"]] = {
+                "address": entry["address"],
+                "rank": entry["rank"],
+                "config_patches": (entry.get("model") or {}).get("config_patches") or [],
+                "plan": entry,
+            }
+    else:
+        for rank, name in enumerate(str(h) for h in groups.get(GROUP) or []):
+            hv = hostvars[name] if name in hostvars else None
+            hosts[name] = {
+                "address": node_address(name, hv) if hv is not None else name,
+                "rank": rank,
+                "config_patches": [],
+                "plan": None,
+            }
+
+    doc: dict[str, Any] = {
+        "schema": DOCUMENT_SCHEMA,
+        "run": {"id": run_id, "artifacts_dir": artifacts_dir},
+        "planned": planned is not None,
+        "problems": problems,
+        "platform": {"name": _get(v, "llmb_platform"), "vendor": vendor},
+        "engine": engine,
+        "model": model,
+        "dirs": layout.node_dirs(_get(v, "llmb_ssh_mesh_dir"), _get(v, "llmb_config_dir")),
+        "ports": {key: _knob(v, knob) for key, knob in PORT_KNOBS},
+        "start_levels": sorted({s["order"] for p in plans for s in p.get("services") or []}),
+        "hosts": hosts,
+        "pins": {"resolved": False, "lock": None, "problems": []},
+    }
+    doc = json.loads(json.dumps(doc))  # JSON-ready: tuples become lists, keys strings
+    doc["hash"] = content_hash(doc)
+    return doc
+
+
+def pin(
+    doc: dict[str, Any],
+    hostvars: Any,
+    groups: dict[str, Any],
+    inventory_dir: str,
+    write: bool = True,
+    repin: bool | None = None,
+) -> dict[str, Any]:
+    """The document with its pins resolved (llmbctl.pins): the model commit at the hub, image digests at
+    the registry, recorded in <inventory_dir>/llmb.lock.json (not written when ``write`` is False,
+    e.g. in check mode). Problems go to ``pins.problems``; a document that was not planned is
+    returned as it is (its problems already refuse the stages that need it)."""
+    from . import pins as P  # network clients load only here
+
+    if not doc.get("planned"):
+        return doc
+    shared = _shared_vars(hostvars, {str(k): list(v or []) for k, v in dict(groups).items()})
+    model, engine = doc["model"], doc["engine"]
+    image = engine.get("image") or None
+    token = _get(shared, "weights_hf_token") or os.environ.get("HF_TOKEN") or None
+    result, problems = P.resolve_pins(
+        inventory_dir=inventory_dir,
+        model_name=model.get("profile"),
+        repo_id=model.get("repo_id"),
+        revision=model.get("commit") or model.get("revision"),
+        hf_endpoint=_get(shared, "weights_hf_endpoint") or os.environ.get("HF_ENDPOINT") or None,
+        hf_token=token,
+        images=[image["ref"]] if image and image.get("ref") else [],
+        image_pins=_get(shared, "engine_image_pins") or {},
+        registry_auth=_get(shared, "engine_image_registry_auth") or [],
+        repin=repin,
+        write=write,
+    )
+    out = json.loads(json.dumps(doc))
+    if result.get("model"):
+        out["model"]["commit"] = result["model"]["commit"]
+    if image and image.get("ref") in (result.get("images") or {}):
+        out["engine"]["image"]["digest"] = result["images"][image["ref"]]["digest"]
+    out["pins"] = {
+        "resolved": not problems,
+        "lock": result.get("lock"),
+        "problems": [p.to_dict() for p in problems],
+    }
+    out["hash"] = content_hash(out)
+    return out
+
+
+def canonical(doc: dict[str, Any]) -> str:
+    """Canonical JSON of the document's content: sorted keys, no run, no hash."""
+    body = {k: v for k, v in doc.items() if k not in ("run", "hash")}
+    return json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+
+
+def content_hash(doc: dict[str, Any]) -> str:
+    """sha256 of the document's content: the same inventory gives the same hash in every run."""
+    return "sha256:" + hashlib.sha256(canonical(doc).encode("utf-8")).hexdigest()
+
+
+def dumps(doc: dict[str, Any]) -> str:
+    """The document as written to deployment.json (key order as resolved, 2-space indent)."""
+    return json.dumps(doc, indent=2) + "\n"
+
+
+def host_view(doc: dict[str, Any], host: str) -> dict[str, Any]:
+    """What one host is given: every shared section, and ``host`` = its own entry (no other host's)."""
+    view = {k: v for k, v in doc.items() if k != "hosts"}
+    mine = (doc.get("hosts") or {}).get(host)
+    view["host"] = dict(mine, name=host) if mine else {
+        "name": host,
+        "address": None,
+        "rank": None,
+        "config_patches": [],
+        "plan": None,
+    }
+    return view
+
+
+def write(doc: dict[str, Any], path: str) -> bool:
+    """Write the document atomically (llmb.fsutil); False when the file already holds it."""
+    return write_text_if_changed(path, dumps(doc))
