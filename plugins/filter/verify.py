@@ -26,7 +26,7 @@ def llmb_platform_names(_unused=None):
 
 
 def llmb_hccn_ping_pairs(hostvars, hosts, host, result_var="__verify_result"):
-    """`DEVICE=ADDRESS,...`: the peer NPU addresses `host` pings across nodes (llmb.verify.hccn_ping_pairs)."""
+    """`DEVICE=ADDRESS,...`: the peer NPU addresses `host` pings across nodes (llmbctl.verify.hccn_ping_pairs)."""
     addresses = {h: ((hostvars.get(h) or {}).get(result_var) or {}).get("hccn_addresses") or {} for h in hosts}
     pairs = V.hccn_ping_pairs(list(hosts), addresses).get(host) or []
     return ",".join(f"{p['device']}={p['address']}" for p in pairs)

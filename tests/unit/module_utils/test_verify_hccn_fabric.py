@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from llmb import verify as V
+from llmbctl import verify as V
 
 CAPS = Path(__file__).resolve().parents[2] / "fixtures" / "captures" / "hccn_tool"
 

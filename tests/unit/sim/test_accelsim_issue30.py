@@ -9,7 +9,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT / "plugins" / "module_utils"))
-from llmb.hw.check import parse_checked  # noqa: E402
+from llmbctl.hw.check import parse_checked  # noqa: E402
 
 
 def test_hccn_ping_answers_on_the_npus_subnet_and_fails_under_the_fault(node):

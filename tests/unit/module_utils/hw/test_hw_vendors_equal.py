@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from conftest import data_text, fixture_text
 from llmb.hw import ParseError, parse
-from llmb.hw.check import parse_checked
-from llmb.hw.facts import build_facts
+from llmbctl.hw.check import parse_checked
+from llmbctl.hw.facts import build_facts
 from llmb.hw.kinds import detect_kind
 
 ROOT = Path(__file__).resolve().parents[4]
