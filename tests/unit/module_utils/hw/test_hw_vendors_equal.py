@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from conftest import data_text, fixture_text
 from llmb.hw import ParseError, parse
+from llmb.hw.kinds import detect_kind
 from llmbctl.hw.check import parse_checked
 from llmbctl.hw.facts import build_facts
-from llmb.hw.kinds import detect_kind
 
 ROOT = Path(__file__).resolve().parents[4]
 PUBLIC = ROOT / "tests" / "fixtures" / "captures"  # tests/fixtures/public would shadow ../shared/fixtures
