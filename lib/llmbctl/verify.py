@@ -390,6 +390,12 @@ def _hccn(checks, facts, profile, devs):
                              f"{ip}/{rec.get('netmask')}" if ip else (errors or "none"),
                              f"configure it: `hccn_tool -i {d['index']} -ip -s address <A> netmask <M>` "
                              "(and the gateway / detect IP), then check with `hccn_tool -i N -ip -g`"))
+        if "gateway" in rec or "gateway" in rec.get("queried", ()):
+            gw = rec.get("gateway")
+            checks.append(_check(f"hccn.gateway.{d['name']}", bool(gw), "a default gateway",
+                                 f"{gw} ({rec.get('gateway_iface')})" if gw else (errors or "none"),
+                                 f"set it: `hccn_tool -i {d['index']} -gateway -s gateway <G>` (HCCL between nodes "
+                                 "on a routed RoCE network needs it), then `hccn_tool -i N -gateway -g`"))
         if cfg.get("net_health"):
             nh = rec.get("net_health")
             checks.append(_check(f"hccn.net_health.{d['name']}", nh in cfg["net_health"], " or ".join(cfg["net_health"]),
@@ -939,6 +945,78 @@ def fabric_checks(profile: dict, nodes: dict, ibbw: dict | None = None, allreduc
                 + ", 0 wrong values", f"{busbw:.1f} GB/s peak bus bandwidth, {wrong} wrong values",
                 "the cross-node all-reduce is slow or wrong: see fabric.transport / fabric.ib_write_bw.* for the "
                 "slow host and rail"))
+    return out
+
+
+def hccn_addresses(facts: dict) -> dict:
+    """{NPU index (str): its HCCN address} of a node whose port is up (the fabric play's ping targets)."""
+    out = {}
+    for _name, rec in sorted((facts.get("hccn") or {}).items()):
+        if rec.get("ipaddr") and rec.get("link") in (None, "UP") and rec.get("device") is not None:
+            out[str(rec["device"])] = rec["ipaddr"]
+    return out
+
+
+def hccn_ping_pairs(hosts: list[str], addresses: dict) -> dict:
+    """Which NPU of each host pings which peer: {host: [{"device", "peer", "address"}]}.
+
+    NPU i on a node pings NPU i on every other node: the pairs HCCL's rings use between nodes (rank r
+    of a node talks to the same local rank of the next node; vllm-ascend's checklist pings the peer
+    NPUs' addresses) and, on the usual per-NPU-index RoCE planes, the only pairs that share a subnet."""
+    out: dict = {h: [] for h in hosts}
+    for h in hosts:
+        mine = addresses.get(h) or {}
+        for dev in sorted(mine, key=int):
+            for peer in hosts:
+                addr = (addresses.get(peer) or {}).get(dev)
+                if peer != h and addr:
+                    out[h].append({"device": int(dev), "peer": peer, "address": addr})
+    return out
+
+
+def hccn_ping_checks(pairs: dict, results: dict) -> dict:
+    """fabric.hccn_ping.NPU<i>.<peer> per pair: the ping from NPU i of host to NPU i of peer answered
+    every packet. results: {host: the hccn-ping JSON of llmb_fabric_probe.py}. {host: [checks]}."""
+    # the node-side parsers, imported absolutely (verify.py may move to the controller side)
+    from llmb.hw._text import ParseError
+    from llmb.hw.ascend import parse_hccn
+
+    out: dict = {h: [] for h in pairs}
+    for host, want in pairs.items():
+        res = results.get(host) or {}
+        if res.get("missing"):
+            out[host].append(_check("fabric.hccn_ping", False, "hccn_tool -ping runs on every NPU", res["missing"],
+                                    "install the Ascend driver tools on the node"))
+            continue
+        got = {(p.get("device"), p.get("address")): p for p in res.get("pings") or []}
+        for w in want:
+            cid = f"fabric.hccn_ping.NPU{w['device']}.{w['peer']}"
+            exp = f"NPU{w['device']} of {host} reaches NPU{w['device']} of {w['peer']} ({w['address']}): 3 of 3 replies"
+            raw = got.get((w["device"], w["address"]))
+            if raw is None:
+                out[host].append(_check(cid, False, exp, "not run (the fabric probe did not answer for it)",
+                                        "re-run verify.yml --tags fabric"))
+                continue
+            try:
+                dev = parse_hccn(raw.get("output") or "", device=w["device"])["devices"]
+                ping = next((p for d in dev for p in d.get("pings", [])), None)
+            except ParseError as exc:
+                ping, why = None, str(exc)
+            else:
+                why = " | ".join(ln.strip() for ln in (raw.get("output") or "").strip().splitlines()[-2:])[:300]
+            if ping is None or ping.get("transmitted") is None:
+                found = f"exit status {raw.get('rc')}: {why or 'no output'}"
+            else:
+                lost = "; ".join(x["text"] for x in ping["lost"][:3])
+                found = (f"{ping['received']} of {ping['transmitted']} replies ({ping['loss_pct']:.2f}% packet loss)"
+                         + (f": {lost}" if lost else ""))
+            ok = bool(ping and ping.get("ok"))
+            out[host].append(_check(cid, ok, exp, found,
+                                    f"{host} NPU{w['device']} cannot reach {w['peer']} NPU{w['device']} over the HCCN "
+                                    "network: compare both ports (`hccn_tool -i N -link -g`, `-net_health -g`), their "
+                                    "addresses, netmask and gateway (`-ip -g`, `-gateway -g`), the switch port (`-lldp -g`)"
+                                    " and that TLS is the same on both ends (`-tls -g`); HCCL hangs at its first "
+                                    "cross-node collective over this pair"))
     return out
 
 

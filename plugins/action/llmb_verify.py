@@ -67,7 +67,8 @@ class ActionModule(ControllerAction, ActionBase):
         module_args = {"vendor": args["vendor"], "timeout": args["timeout"]}
         if profile is not None and profile["vendor"] == "ascend":
             # net health only when the profile checks it: hccn_tool runs once per device and query.
-            module_args["hccn_queries"] = ["link", "ip"] + (["net_health"] if (profile.get("hccn") or {}).get(
+            # the gateway always (HCCL across nodes on a routed RoCE network needs one: issue #30).
+            module_args["hccn_queries"] = ["link", "ip", "gateway"] + (["net_health"] if (profile.get("hccn") or {}).get(
                 "net_health") else [])
         probe = self._execute_module(module_name="accel_probe", module_args=module_args, task_vars=task_vars)
         if probe.get("failed"):
@@ -119,6 +120,7 @@ class ActionModule(ControllerAction, ActionBase):
             "failed_checks": failed,
             "firmware": V.node_firmware(facts, profile["name"]),
             "rails": sorted({p["name"] for p in V.rail_ports(facts, profile)}),
+            "hccn_addresses": V.hccn_addresses(facts),  # Ascend: the fabric play pings these across nodes
             "msg": (f"{host}: all {len(checks)} checks of {profile['name']} passed" if not failed else
                     f"{host}: {len(failed)} of {len(checks)} checks of {profile['name']} failed: "
                     + ", ".join(c["id"] for c in failed)),

@@ -26,7 +26,9 @@ ARG_SPEC = {
     "result_var": {"type": "str", "default": "__verify_result"},
     "ibbw_var": {"type": "str", "default": "__verify_fabric_ibbw"},
     "allreduce_var": {"type": "str", "default": "__verify_fabric_allreduce"},
+    "hccn_ping_var": {"type": "str", "default": "__verify_fabric_hccn_ping"},
     "record_rails": {"type": "bool", "default": True},
+    "rdma": {"type": "bool", "default": True},
     "allreduce_skipped": {"type": "str", "default": ""},
 }
 
@@ -71,10 +73,19 @@ class ActionModule(ControllerAction, ActionBase):
                 break
         if allreduce is None and hosts and len(hosts) > 1:
             allreduce = {"host": hosts[0], "skipped": args["allreduce_skipped"] or "not run"}
+        # Ascend: the cross-node NPU pings (hccn_tool -ping), judged per pair by host, NPU and address.
+        addresses = {h: (hostvars[h].get(args["result_var"]) or {}).get("hccn_addresses") or {} for h in hosts}
+        pairs = V.hccn_ping_pairs(hosts, addresses) if len(hosts) > 1 else {}
+        pings = {h: got for h in hosts if (got := _json(hostvars[h].get(args["hccn_ping_var"]))) is not None}
+        if not args["rdma"]:
+            allreduce = None  # the RDMA part was not in play (Ascend: the NPU pings are the cross-node test)
         try:
             checks = V.fabric_checks(profile, nodes, ibbw or None, allreduce)
         except ValueError as exc:
             raise AnsibleActionFail(f"fabric: check platform: {exc}") from None
+        if any(pairs.values()):
+            for h, cs in V.hccn_ping_checks({h: p for h, p in pairs.items() if p}, pings).items():
+                checks.setdefault(h, []).extend(cs)
         rails = V.rail_record(nodes, ibbw) if ibbw else {}
         recorded = []
         if args["record_rails"] and rails:
@@ -89,7 +100,7 @@ class ActionModule(ControllerAction, ActionBase):
                     recorded.append(path)
         path = os.path.join(args["artifacts_dir"], "verify", "fabric.json")
         results.write_json(path, {"platform": profile["name"], "nodes": nodes, "checks": checks, "rails": rails,
-                                  "ibbw": ibbw, "allreduce": allreduce})
+                                  "ibbw": ibbw, "allreduce": allreduce, "hccn_pairs": pairs, "hccn_ping": pings})
         bad = {h: [c for c in cs if not c["ok"]] for h, cs in checks.items()}
         result.update(changed=bool([p for p in recorded if not p.endswith("not written)")]), checks=checks,
                       failed_checks=bad, result_file=path, rails=rails, recorded=recorded,

@@ -25,10 +25,18 @@ def llmb_platform_names(_unused=None):
     return V.profile_names()
 
 
+def llmb_hccn_ping_pairs(hostvars, hosts, host, result_var="__verify_result"):
+    """`DEVICE=ADDRESS,...`: the peer NPU addresses `host` pings across nodes (llmbctl.verify.hccn_ping_pairs)."""
+    addresses = {h: ((hostvars.get(h) or {}).get(result_var) or {}).get("hccn_addresses") or {} for h in hosts}
+    pairs = V.hccn_ping_pairs(list(hosts), addresses).get(host) or []
+    return ",".join(f"{p['device']}={p['address']}" for p in pairs)
+
+
 class FilterModule:
     def filters(self):
         return {
             "llmb_hw_parse": llmb_hw_parse,
             "llmb_verify_report": llmb_verify_report,
             "llmb_platform_names": llmb_platform_names,
+            "llmb_hccn_ping_pairs": llmb_hccn_ping_pairs,
         }

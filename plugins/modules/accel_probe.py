@@ -43,7 +43,7 @@ options:
     type: list
     elements: str
     default: [link, ip, net_health]
-    choices: [link, ip, net_health]
+    choices: [link, ip, net_health, gateway, netdetect]
   hccn_devices:
     description: Ascend device ids for C(hccn_tool -i); default the /dev/davinciN present, else the chips C(npu-smi info) lists.
     type: list
@@ -116,7 +116,7 @@ def main():
             "probes": {"type": "list", "elements": "str"},
             "hccn_devices": {"type": "list", "elements": "int"},
             "hccn_queries": {"type": "list", "elements": "str", "default": ["link", "ip", "net_health"],
-                             "choices": ["link", "ip", "net_health"]},
+                             "choices": ["link", "ip", "net_health", "gateway", "netdetect"]},
         },
         supports_check_mode=True,
     )

@@ -24,7 +24,9 @@ options:
   result_var: {description: Registered llmb_verify result of each host., type: str, default: __verify_result}
   ibbw_var: {description: Registered ib_write_bw probe of each host., type: str, default: __verify_fabric_ibbw}
   allreduce_var: {description: Registered all-reduce probe of the launcher., type: str, default: __verify_fabric_allreduce}
+  hccn_ping_var: {description: "Registered Ascend NPU ping probe of each host (hccn_tool -ping to its peer NPUs).", type: str, default: __verify_fabric_hccn_ping}
   record_rails: {description: Write host_vars/<host>/llmb_rdma.yml., type: bool, default: true}
+  rdma: {description: "Whether the RDMA part (ib_write_bw, all-reduce) was in play; false: no all-reduce skip is reported.", type: bool, default: true}
   allreduce_skipped: {description: Why the all-reduce did not run (reported as a skipped check)., type: str, default: ""}
 attributes:
   check_mode: {support: full, description: Nothing is written to the inventory in check mode.}

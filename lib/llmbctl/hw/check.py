@@ -84,6 +84,7 @@ class _Capture:
         self.lines = body_lines  # sanitized body lines (what the parser saw), without trailing blanks
         self.command = command
         self.excerpt = bool(re.search(r"\[fidelity:[^\]]*EXCERPT", command, re.I))
+        self.elided = bool(re.search(r"\[fidelity:[^\]]*ELIDED", command, re.I))
         self.findings: list[Finding] = []
 
     def text_of(self, body_line: int | None) -> str:
@@ -172,7 +173,7 @@ def parse_checked(text: str, kind: str | None = None, command: str | None = None
             return ParseResult(None, None, cap.findings)
     if _mismatch(kind, looks):
         seen = f"{KINDS[looks][1]} ({looks})"
-        why = (f"this is not {kind} output: it looks like {seen}; pass --kind {looks} or leave --kind out"
+        why = (f"expected {kind} output, found what looks like {seen}; pass --kind {looks} or leave --kind out"
                if given else f"the capture header names `{header_cmd}` ({kind}) but the output looks like {seen}")
         cap.add(ERROR, first, why)
         return ParseResult(kind, None, cap.findings)
@@ -187,6 +188,14 @@ def parse_checked(text: str, kind: str | None = None, command: str | None = None
             cap.add(WARNING, int(m.group(1)), m.group(2))
         else:
             cap.add(WARNING, None, w)
+    # Tool failures are findings: a line the tool printed when it failed (ibstat's `ibpanic:`, hccn_tool's
+    # `... failed`) is an error, never a field of the record before it; an author's `...` is an elision:
+    # an error (devices left out), a warning where the capture header says [fidelity: ELIDED/EXCERPT].
+    for e in facts.get("tool_errors") or []:
+        cap.add(ERROR, e.get("line"), f"the tool reported a failure: {e['text']}")
+    for ln in facts.get("elisions") or []:
+        sev = WARNING if (cap.elided or cap.excerpt) else ERROR
+        cap.add(sev, ln, "'...' elision: the output was cut by hand here, what it left out is not checked")
     check = _CHECKS.get(kind)
     if check is not None:
         check(cap, facts)

@@ -64,8 +64,11 @@ def _parse_all(probes: list[dict]):
             errors.append({"probe": pr["name"], "kind": kind, "cmd": pr.get("cmd"), "parsed": True,
                            "error": f"{kind}: {f}", "line": f.line, "capture": True})
         if pr.get("rc") not in ok_rcs:
-            errors.append({"probe": pr["name"], "kind": kind, "cmd": pr.get("cmd"), "parsed": True,
-                           "error": f"exit status {pr.get('rc')} (output parsed): {(pr.get('stderr') or '').strip()[:200]}"})
+            # A tool that failed is a finding even when it printed something first (ibstat stops at the
+            # device it cannot stat with exit 255): the capture check fails, naming the status and stderr.
+            errors.append({"probe": pr["name"], "kind": kind, "cmd": pr.get("cmd"), "parsed": True, "capture": True,
+                           "error": f"exit status {pr.get('rc')} (output parsed up to the failure): "
+                                    f"{(pr.get('stderr') or '').strip()[:200] or 'no stderr'}"})
         parsed.setdefault(kind, []).append((pr, result))
         collected.append(pr["name"])
     return parsed, errors, collected
@@ -256,7 +259,7 @@ def _nvidia(facts, parsed):
 
 
 def _amd(facts, parsed):
-    static = _first(parsed, "amd-smi-static-json")
+    static = _first(parsed, "amd-smi-static-json") or _first(parsed, "amd-smi-static")  # JSON or text: one model
     table = _first(parsed, "amd-smi")
     rtopo = _first(parsed, "rocm-smi-topo")
     atopo = _first(parsed, "amd-smi-topology-json")
@@ -273,6 +276,12 @@ def _amd(facts, parsed):
             devices.append({"index": g["gpu"], "name": f"GPU{g['gpu']}", "model": g["name"],
                             "memory_mib": g["mem_total_mb"], "bus_id": norm_bus(g["bdf"]), "numa_node": None})
         facts["driver_version"] = table["amdgpu_version"]
+    product = _first(parsed, "rocm-smi-productname")
+    if not devices and product is not None:
+        # rocm-smi only (no amd-smi): the card series names the model; memory and bus come from nothing here
+        for g in product["gpus"]:
+            devices.append({"index": g["gpu"], "name": f"GPU{g['gpu']}", "model": g.get("card_series"),
+                            "memory_mib": None, "bus_id": None, "numa_node": None})
     devices.sort(key=lambda d: d["index"])
     rnuma = {g["index"]: g["numa_node"] for g in rtopo["gpus"]} if rtopo else {}
     pci = _pci_numa(parsed)
@@ -336,7 +345,11 @@ def _ascend(facts, parsed):
             if dev["device"] is None:
                 continue
             rec = hccn.setdefault(f"NPU{dev['device']}", {"device": dev["device"]})
-            rec.update({k: v for k, v in dev.items() if k != "device"})
+            rec.update({k: v for k, v in dev.items() if k not in ("device", "pings", "errors")})
+            if dev.get("pings"):
+                rec.setdefault("pings", []).extend(dev["pings"])
+            if dev.get("errors"):
+                rec.setdefault("errors", []).extend(dev["errors"])
     failed = [e for e in facts["errors"] if e["kind"] == "hccn-tool"]
     for e in failed:
         m = _HCCN_CMD.search(e.get("cmd") or "")
@@ -370,6 +383,8 @@ def read_bundle(directory: str) -> list[dict]:
         rc = meta.get("exit_status", 0)
         if kind == "systemctl-is-active" and rc in (3, 4):
             ok_rcs = [0, 3, 4]
+        elif isinstance(rc, int) and re.search(r";|&&|\|", meta.get("command", "")):
+            ok_rcs = [0, rc]  # a compound command line's status is its last command's, not this tool's
         else:
             ok_rcs = [0]
         probes.append({"name": fname[:-4], "kind": kind, "cmd": meta.get("command", ""), "rc": rc if isinstance(rc, int) else 0,

@@ -14,6 +14,10 @@
         the vendor's all-reduce test (nccl-tests / rccl-tests all_reduce_perf, one rank per device)
         across all nodes through mpirun over the SSH mesh, NCCL_DEBUG=INFO; prints {"rc", "output"}.
 
+    llmb_fabric_probe.py hccn-ping --pairs 0=192.168.100.2,1=192.168.101.2 [--timeout 60] [--workers 16]
+        Ascend: `hccn_tool -i N -ping -g address A` for every local NPU N and peer NPU address A (in
+        parallel); prints {"host", "pings": [{"device", "address", "rc", "output"}]}.
+
 Exit status 0 when it ran (the controller judges the outputs), 2 for bad arguments, 3 when a tool
 is missing. Every value goes into an argv list; nothing is passed through a shell.
 """
@@ -34,7 +38,8 @@ from concurrent.futures import ThreadPoolExecutor
 NAME = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
 ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 PATH = os.pathsep.join([os.environ.get("PATH", ""), "/usr/local/bin", "/usr/bin", "/usr/local/nvidia/bin",
-                        "/opt/rocm/bin", "/usr/local/openmpi/bin"])
+                        "/opt/rocm/bin", "/usr/local/openmpi/bin", "/usr/local/Ascend/driver/tools"])
+IPV4 = re.compile(r"^(25[0-5]|2[0-4]\d|1?\d?\d)(\.(25[0-5]|2[0-4]\d|1?\d?\d)){3}$")
 
 
 def which(tool: str) -> str | None:
@@ -180,6 +185,25 @@ def allreduce(args) -> int:
     return 0
 
 
+def hccn_ping(args) -> int:
+    tool = which("hccn_tool")
+    if not tool:
+        print(json.dumps({"host": socket.gethostname(), "missing": "hccn_tool is not installed "
+                                                                   "(/usr/local/Ascend/driver/tools)"}))
+        return 3
+    pairs = [(int(d), a) for d, _, a in (p.partition("=") for p in args.pairs.split(",") if p)]
+
+    def one(pair):
+        dev, addr = pair
+        res = run([tool, "-i", str(dev), "-ping", "-g", "address", addr], args.timeout)
+        return {"device": dev, "address": addr, "rc": res["rc"], "output": res["output"][-4000:]}
+
+    with ThreadPoolExecutor(max_workers=max(1, min(args.workers, len(pairs) or 1))) as pool:
+        pings = list(pool.map(one, pairs))
+    print(json.dumps({"host": socket.gethostname(), "pings": pings}))
+    return 0
+
+
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(prog="llmb_fabric_probe.py")
     sub = ap.add_subparsers(dest="mode", required=True)
@@ -197,6 +221,10 @@ def main(argv: list[str]) -> int:
     o.add_argument("--out", required=True)
     o.add_argument("--timeout", type=float, default=60)
     o.add_argument("argv", nargs=argparse.REMAINDER)
+    h = sub.add_parser("hccn-ping")
+    h.add_argument("--pairs", required=True)
+    h.add_argument("--timeout", type=float, default=60)
+    h.add_argument("--workers", type=int, default=16)
     a = sub.add_parser("allreduce")
     a.add_argument("--hosts", required=True)
     a.add_argument("--ssh-config")
@@ -215,6 +243,15 @@ def main(argv: list[str]) -> int:
     if args.mode == "serve-one":
         args.argv = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
         return serve_one(args)
+    if args.mode == "hccn-ping":
+        for p in args.pairs.split(","):
+            d, sep, a = p.partition("=")
+            if p and (not sep or not re.fullmatch(r"\d{1,3}", d) or not IPV4.match(a)):
+                bad.append(f"--pairs: {p!r} (expected DEVICE=IPv4)")
+        if bad:
+            sys.stderr.write("llmb_fabric_probe.py: bad arguments: " + "; ".join(bad) + "\n")
+            return 2
+        return hccn_ping(args)
     if args.mode == "ibbw":
         bad += [f"--devices: {d!r}" for d in args.devices.split(",") if d and not NAME.match(d)]
         if args.peer and not NAME.match(args.peer):

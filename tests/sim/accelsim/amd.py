@@ -319,10 +319,31 @@ def _banner(text: str) -> str:
     return f" {text} ".center(ROCM_WIDTH, "=") + "\n"
 
 
+def render_productname(model: AmdNode) -> str:
+    """`rocm-smi --showproductname` in the ROCm 6.x layout of the public MI210 capture
+    (tests/fixtures/captures/rocm-smi/mi210-2gpu-showproductname-rocm-5480.txt)."""
+    s = model.spec
+    out = ["\n", _banner("ROCm System Management Interface"), _banner("Product Info")]
+    for g in model.gpus:
+        series = s["market_name"].removeprefix("AMD ")
+        for key, tabs, value in (("Card Series", "\t\t", series), ("Card Model", "\t\t", s["device_id"]),
+                                 ("Card Vendor", "\t\t", "Advanced Micro Devices, Inc. [AMD/ATI]"),
+                                 ("Card SKU", "\t\t", "D65209"), ("Subsystem ID", "\t", s["subsystem_id"]),
+                                 ("Device Rev", "\t\t", s["rev_id"]), ("Node ID", "\t\t", str(g.node_id)),
+                                 ("GUID", "\t\t", str(g.kfd_id)), ("GFX Version", "\t\t", s["gfx"])):
+            out.append(f"GPU[{g.index}]\t\t: {key}: {tabs}{value}\n")
+    out += ["=" * ROCM_WIDTH + "\n", _banner("End of ROCm SMI Log")]
+    return "".join(out)
+
+
 def rocm_smi_main(node: Node, argv: list[str], result: Result) -> None:
     model = build(node)
+    if argv == ["--showproductname"]:
+        result.write(render_productname(model))
+        return
     if argv != ["--showtopo"]:
-        raise UsageError(f"{' '.join(argv) or '(no arguments)'}: simulated is 'rocm-smi --showtopo'")
+        raise UsageError(f"{' '.join(argv) or '(no arguments)'}: simulated are 'rocm-smi --showtopo' and "
+                         "'rocm-smi --showproductname'")
     gpus = model.gpus
     out = [_banner("ROCm System Management Interface")]
     for title, key in (

@@ -257,9 +257,16 @@ def npu_smi_main(node: Node, argv: list[str], result: Result) -> None:
 
 
 def hccn_tool_main(node: Node, argv: list[str], result: Result) -> None:
+    """`hccn_tool -i N -link|-ip|-net_health|-gateway|-netdetect -g` and `-ping -g address A`, in the formats
+    of the public captures (tests/fixtures/captures/hccn_tool). A ping answers when A is on the NPU's own
+    subnet (NPU i of every node shares 192.168.(100+i).0/24, the usual ring pairing) and its port is up,
+    unless a hccn_ping_lost fault silences the NPU."""
     model = build(node)
-    if len(argv) != 4 or argv[0] != "-i" or argv[3] != "-g" or argv[2] not in ("-link", "-ip", "-net_health"):
-        raise UsageError(f"{' '.join(argv)}: simulated are 'hccn_tool -i N -link|-ip|-net_health -g'")
+    queries = ("-link", "-ip", "-net_health", "-gateway", "-netdetect")
+    ping = len(argv) == 6 and argv[0] == "-i" and argv[2] == "-ping" and argv[3] == "-g" and argv[4] == "address"
+    if not ping and (len(argv) != 4 or argv[0] != "-i" or argv[3] != "-g" or argv[2] not in queries):
+        raise UsageError(f"{' '.join(argv)}: simulated are 'hccn_tool -i N -link|-ip|-net_health|-gateway|-netdetect -g'"
+                         " and 'hccn_tool -i N -ping -g address A'")
     try:
         device = int(argv[1])
     except ValueError:
@@ -269,12 +276,31 @@ def hccn_tool_main(node: Node, argv: list[str], result: Result) -> None:
         result.fail(1, f"Device id {device} is invalid, please check it.", to_stdout=True)
         return
     what = argv[2]
-    if what == "-link":
+    gateway = chip.ip.rsplit(".", 1)[0] + ".254"
+    if ping:
+        target = argv[5]
+        silent = any(f.get("kind") == "hccn_ping_lost" and f.get("device") == device for f in node.faults)
+        same_net = target.rsplit(".", 1)[0] == chip.ip.rsplit(".", 1)[0]
+        answers = chip.port_up and same_net and not silent and target != chip.ip
+        lines = [f"device {device} PING {target}\n"]
+        for seq in range(3):
+            ms = 0.063 + ((identity.number(node.host, device, target, seq, modulo=90)) / 1000.0)
+            lines.append(f"recv seq={seq},time={ms:.6f}ms\n" if answers else f"recv time out seq={seq}\n")
+        got = 3 if answers else 0
+        lines.append(f"3 packets transmitted, {got} received, {100 * (3 - got) / 3:.2f}% packet loss\n")
+        result.write("".join(lines))
+        if not answers:
+            result.rc = 1  # hccn_tool fails a ping that timed out (PING_INNER_ERROR)
+    elif what == "-link":
         result.write(f"link status: {'UP' if chip.port_up else 'DOWN'}\n")
     elif what == "-ip":
         if chip.port_up:
             result.write(f"ipaddr:{chip.ip}\nnetmask:{chip.netmask}\n")
         else:
             result.write("ipaddr:\nnetmask:\n")
+    elif what == "-gateway":
+        result.write(f"default gateway:{gateway}, Iface:eth{device}\n")
+    elif what == "-netdetect":
+        result.write(f"netdetect address: {gateway}\n")
     else:
         result.write(f"net health status: {'Success' if chip.port_up else 'Fault'}\n")

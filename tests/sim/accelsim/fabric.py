@@ -241,8 +241,14 @@ def ibstat_main(node, argv: list[str], result) -> None:
         if not nics:
             result.fail(255, f"ibpanic: [{os.getpid()}] main: '{argv[0]}' IB device can't be found: No such file or directory")
             return
+    aborted = {f["nic"] for f in node.faults if f.get("kind") == "ibstat_abort"}
     out = []
     for i, name in enumerate(nics):
+        if name in aborted:
+            # ibstat stops at the device it cannot stat (umad_get_ca fails): what came before is printed
+            result.write("".join(out))
+            result.fail(255, f"ibpanic: [{os.getpid()}] main: stat of IB device '{name}' failed: No such file or directory")
+            return
         down = _rail_state(node, name)[0]
         guid = f"0x946dae0300{zlib.crc32(f'{node.host}/{name}'.encode()) % 0xFFFFFF:06x}"
         out += [f"CA '{name}'\n", "\tCA type: MT4129\n", "\tNumber of ports: 1\n", "\tFirmware version: 28.39.1002\n",

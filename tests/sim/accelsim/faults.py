@@ -102,6 +102,20 @@ KINDS: dict[str, Kind] = {
         identity=("nic",),
         vendors=("nvidia", "amd"),
     ),
+    "ibstat_abort": Kind(
+        "ibstat cannot stat RDMA device NIC: it prints the devices before it, then `ibpanic: ... stat of IB device "
+        "'NIC' failed` on stderr and exits 255 (rdma-core before PR #1501; public capture: leptonai/gpud#752)",
+        {"nic": str},
+        identity=("nic",),
+        vendors=("nvidia", "amd"),
+    ),
+    "hccn_ping_lost": Kind(
+        "NPU DEVICE gets no answer from its peers: `hccn_tool -i DEVICE -ping -g address A` prints `recv time out "
+        "seq=N` for every packet and 100% packet loss (its link, address and health stay fine)",
+        {"device": int},
+        identity=("device",),
+        vendors=("ascend",),
+    ),
     "persistence_off": Kind(
         "persistence mode disabled (on device GPU, or on all)",
         optional={"gpu": int},
@@ -165,7 +179,7 @@ def check(fault: dict, profile: dict) -> None:
             )
     if kind == "throttle" and fault.get("reason", "hw_thermal_slowdown") not in THROTTLE_REASONS:
         raise FaultError(f"throttle: reason must be one of {', '.join(THROTTLE_REASONS)}, found {fault['reason']!r}")
-    if kind in ("rail_down", "slow_link"):
+    if kind in ("rail_down", "slow_link", "ibstat_abort"):
         nics = [n["name"] for n in profile.get("nics", [])]
         if fault["nic"] not in nics:
             raise FaultError(f"{kind}: nic={fault['nic']} but profile {profile['name']} has NICs {', '.join(nics) or 'none'}")

@@ -47,6 +47,23 @@ class ParseError(ValueError):
         super().__init__(f"{kind}: {message}{where}")
 
 
+def load_json(text: str, kind: str):
+    """json.loads, or a ParseError naming the line where the JSON stops (the refusal format of every kind)."""
+    import json
+
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        lines = text.split("\n")
+        line = exc.lineno if text.strip() else None
+        while line and line > 1 and (line > len(lines) or not lines[line - 1].strip()):
+            line -= 1  # the JSON ends early: name the last line it has
+        shown = lines[line - 1].strip()[:60] if line else ""
+        hint = ("; the text form of the command? pass its kind without -json" if re.match(r"^GPU:\s*\d+", shown)
+                else "; capture truncated or damaged?")
+        raise ParseError(kind, f"expected JSON ({exc.msg} at column {exc.colno}){hint}", line) from None
+
+
 def strip_ansi(text: str) -> str:
     return ANSI_RE.sub("", text)
 

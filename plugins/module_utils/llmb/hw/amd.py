@@ -3,10 +3,9 @@ and rocm-smi (concise table, --showtopo)."""
 
 from __future__ import annotations
 
-import json
 import re
 
-from ._text import ParseError, clean_lines, na, to_float, to_int
+from ._text import ParseError, clean_lines, load_json, na, to_float, to_int
 
 ROCM_LINK_RE = re.compile(r"^(0|XGMI|PCIE|SELF|N/A)$")
 
@@ -134,7 +133,10 @@ def parse_rocm_smi(text: str) -> dict:
         if re.match(r"^\d+\s", s):
             raise ParseError(kind, f"device row not understood: {s!r}", n)
     if not gpus:
-        raise ParseError(kind, "no device rows")
+        at = next((n for n, ln in enumerate(lines, 1) if re.match(r"^=+\s*\w", ln.strip())
+                   and "ROCm System Management Interface" not in ln), None)
+        raise ParseError(kind, "expected the concise table's device rows ('Device Node IDs Temp ...'), found none"
+                         + (f" (section {lines[at - 1].strip(' =')!r}: another rocm-smi form?)" if at else ""), at)
     return {"kind": kind, "gpus": gpus}
 
 
@@ -276,10 +278,7 @@ def parse_amd_smi_partition(text: str) -> dict:
 
 
 def _load_json(text: str, kind: str):
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ParseError(kind, f"not valid JSON ({exc}); capture truncated or damaged?") from None
+    return load_json(text, kind)
 
 
 def _gpu_list(data, kind: str) -> list:
@@ -398,3 +397,160 @@ def parse_amd_smi_list_json(text: str) -> dict:
     if not gpus:
         raise ParseError(kind, "no GPU objects")
     return {"kind": kind, "gpus": gpus}
+
+
+# --------------------------------------------------------------------------- amd-smi text (list, static, metric)
+#
+# `amd-smi list|static|metric` without --json print one block per GPU: a 'GPU: N' line, then
+# 'KEY: value' lines indented by 4 per level; a key with nothing after its colon opens a section
+# (amd-smi 24.x - 26.x, public captures in tests/fixtures/public/amd-smi). The same facts as the JSON
+# twins come out (one data model, two readers): keys are lower-cased as the JSON forms spell them.
+
+_ELIDED = ("...", "\u2026")
+
+
+def _amd_text_blocks(text: str, kind: str) -> tuple[list[tuple[int, dict, int]], list[int]]:
+    """[(gpu index, nested dict of the block, line of 'GPU: N')], [lines elided with '...']."""
+    blocks: list[tuple[int, dict, int]] = []
+    elided: list[int] = []
+    stack: list[tuple[int, dict]] = []
+    base = None
+    for n, raw in enumerate(clean_lines(text), 1):
+        if not raw.strip():
+            continue
+        s = raw.strip()
+        if s in _ELIDED:
+            elided.append(n)
+            continue
+        m = re.match(r"^GPU:\s*(\d+)$", s)
+        if m:
+            block: dict = {}
+            blocks.append((int(m.group(1)), block, n))
+            base = len(raw) - len(raw.lstrip())
+            stack = [(base, block)]
+            continue
+        if not blocks:
+            raise ParseError(kind, f"expected a 'GPU: N' line first, found {s[:60]!r}", n)
+        indent = len(raw) - len(raw.lstrip())
+        key, sep, value = s.partition(":")
+        if not sep or not key.strip():
+            raise ParseError(kind, f"expected 'KEY: value' under GPU {blocks[-1][0]}, found {s[:60]!r}", n)
+        while len(stack) > 1 and indent <= stack[-1][0]:
+            stack.pop()
+        parent = stack[-1][1]
+        key = key.strip().lower()
+        value = value.strip()
+        if value:
+            parent[key] = value
+        else:
+            child: dict = {}
+            parent[key] = child
+            stack.append((indent, child))
+    if not blocks:
+        raise ParseError(kind, "expected 'GPU: N' blocks, found none")
+    return blocks, elided
+
+
+def _num(v):
+    v = na(v) if isinstance(v, str) else v
+    if isinstance(v, str) and re.fullmatch(r"-?\d+", v):
+        return int(v)
+    return v
+
+
+def parse_amd_smi_list_text(text: str) -> dict:
+    """`amd-smi list` (and `list -e`): BDF, UUID, KFD_ID, NODE_ID, PARTITION_ID (+ the -e extras)."""
+    kind = "amd-smi-list"
+    blocks, elided = _amd_text_blocks(text, kind)
+    gpus, warnings = [], []
+    seen: dict = {}
+    for gpu, b, n in blocks:
+        rec = {"gpu": gpu, "bdf": na(b.get("bdf")), "uuid": na(b.get("uuid")), "kfd_id": _num(b.get("kfd_id")),
+               "node_id": _num(b.get("node_id")), "partition_id": _num(b.get("partition_id"))}
+        rec.update({k: _num(v) for k, v in b.items() if k not in rec and not isinstance(v, dict)})
+        gpus.append(rec)
+        if rec["uuid"] and rec["uuid"] in seen:
+            warnings.append(f"line {n}: GPU {gpu} reports the same UUID as GPU {seen[rec['uuid']]} ({rec['uuid']}):"
+                            " amd-smi could not read the real ones (run it as root; ROCm 7.0 fixes duplicate UUIDs)")
+        seen.setdefault(rec["uuid"], gpu)
+    return {"kind": kind, "gpus": gpus, "warnings": warnings, "elisions": elided}
+
+
+def parse_amd_smi_static_text(text: str) -> dict:
+    """`amd-smi static`: the facts of `amd-smi static --json` from its text form."""
+    kind = "amd-smi-static"
+    blocks, elided = _amd_text_blocks(text, kind)
+    gpus = []
+    for gpu, b, _n in blocks:
+        asic, vram, driver = b.get("asic") or {}, b.get("vram") or {}, b.get("driver") or {}
+        bus, numa = b.get("bus") or {}, b.get("numa") or {}
+        node, aff = _num(numa.get("node")), _num(numa.get("affinity"))
+        gpus.append({
+            "gpu": gpu,
+            "market_name": na(asic.get("market_name")),
+            "device_id": na(asic.get("device_id")),
+            "target_graphics_version": na(asic.get("target_graphics_version")),
+            "vram_type": na(vram.get("type")),
+            "vram_mib": _to_mib(vram.get("size")),
+            "driver_name": na(driver.get("name")),
+            "driver_version": na(driver.get("version")),
+            "bdf": na(bus.get("bdf")),
+            "numa_node": node if isinstance(node, int) else None,
+            "numa_affinity": aff if isinstance(aff, int) else None,
+        })
+    return {"kind": kind, "gpus": gpus, "elisions": elided}
+
+
+def parse_amd_smi_metric_text(text: str) -> dict:
+    """`amd-smi metric`: temperature, VRAM use and ECC counts per GPU."""
+    kind = "amd-smi-metric"
+    blocks, elided = _amd_text_blocks(text, kind)
+    gpus = []
+    for gpu, b, _n in blocks:
+        temp, mem, ecc = b.get("temperature") or {}, b.get("mem_usage") or {}, b.get("ecc") or {}
+        t = re.match(r"^(-?\d+(?:\.\d+)?)", na(temp.get("edge")) or "") if isinstance(temp, dict) else None
+        gpus.append({
+            "gpu": gpu,
+            "temp_edge_c": float(t.group(1)) if t else None,
+            "vram_total_mib": _to_mib(mem.get("total_vram")) if isinstance(mem, dict) else None,
+            "vram_used_mib": _to_mib(mem.get("used_vram")) if isinstance(mem, dict) else None,
+            "ecc_correctable": _num(ecc.get("total_correctable_count")) if isinstance(ecc, dict) else None,
+            "ecc_uncorrectable": _num(ecc.get("total_uncorrectable_count")) if isinstance(ecc, dict) else None,
+        })
+    return {"kind": kind, "gpus": gpus, "elisions": elided}
+
+
+# --------------------------------------------------------------------------- rocm-smi --showproductname
+
+_PRODUCT_KEYS = {"card series": "card_series", "card model": "device_id", "card vendor": "vendor",
+                 "card sku": "sku", "subsystem id": "subsystem_id", "device rev": "device_rev", "node id": "node_id",
+                 "guid": "guid", "gfx version": "gfx_version"}
+
+
+def parse_rocm_productname(text: str) -> dict:
+    """`rocm-smi --showproductname`: 'GPU[n] : Card Series: ...' lines (ROCm 4.x: 4 fields, 6.x: 9)."""
+    kind = "rocm-smi-productname"
+    lines = clean_lines(text)
+    if not any("ROCm System Management Interface" in ln for ln in lines):
+        raise ParseError(kind, "expected the 'ROCm System Management Interface' banner, found none")
+    gpus: dict = {}
+    elided = []
+    for n, ln in enumerate(lines, 1):
+        s = ln.strip()
+        if not s or s.startswith("="):
+            continue
+        if s in _ELIDED:
+            elided.append(n)
+            continue
+        m = re.match(r"^GPU\[(\d+)\]\s*:\s*([^:]+?)\s*:\s*(.*)$", s)
+        if not m:
+            raise ParseError(kind, f"expected 'GPU[n] : <field>: <value>', found {s[:60]!r}", n)
+        key = _PRODUCT_KEYS.get(m.group(2).strip().lower())
+        rec = gpus.setdefault(int(m.group(1)), {"gpu": int(m.group(1))})
+        if key:
+            value = na(m.group(3).strip())
+            rec[key] = int(value) if key in ("node_id", "guid") and value and value.isdigit() else value
+    if not gpus:
+        raise ParseError(kind, "expected 'GPU[n] : Card Series: ...' lines under 'Product Info', found none",
+                         next((i for i, ln in enumerate(lines, 1) if "Product Info" in ln), None))
+    return {"kind": kind, "gpus": [gpus[k] for k in sorted(gpus)], "elisions": elided}

@@ -31,8 +31,13 @@ def parse_npu_smi(text: str) -> dict:
     in_procs = False
     pending: dict | None = None
     pending_line = 0
+    elisions: list[int] = []
     for n, ln in enumerate(lines, 1):
         s = ln.strip()
+        if s in ("...", "\u2026") or (s.startswith("|") and all(c in ("...", "\u2026", "") for c in _cells(s))
+                                       and any(c for c in _cells(s))):
+            elisions.append(n)  # an author's cut: NPUs left out (a finding, never skipped silently)
+            continue
         if not s.startswith("|"):
             continue
         cells = _cells(s)
@@ -96,6 +101,7 @@ def parse_npu_smi(text: str) -> dict:
         raise ParseError(kind, f"NPU {pending['npu']}: output ends after its first row", pending_line)
     if not out["npus"]:
         raise ParseError(kind, "banner found but no NPU rows (capture truncated?)")
+    out["elisions"] = elisions
     return out
 
 
@@ -119,20 +125,41 @@ def parse_npu_topo(text: str) -> dict:
     return {"kind": kind, "devices": devices, "links": links}
 
 
-def parse_hccn(text: str, device: int | None = None) -> dict:
-    """hccn_tool -i N -link -g / -ip -g / -net_health -g / -lldp -g, one or several outputs.
+_PING_HEAD = re.compile(r"^device\s+(\d+)\s+PING6?\s+(\S+)$")
+_PING_OK = re.compile(r"^recv seq[=:]\s*(\d+)\s*,\s*time\s*[=:-]\s*([\d.]+)\s*ms$")
+_PING_LOST = re.compile(r"^(recv time out|pkt send fail) seq[=:]\s*(\w+)$")
+_PING_SUM = re.compile(r"^(\d+) packets transmitted, (\d+) received, ([\d.]+)% packet loss$")
+_TOOL_FAILED = re.compile(r"(error|fail|invalid|busy|not support|unreachable|timed? ?out)", re.I)
 
-    Echoed command lines (`hccn_tool -i 3 -ip -g`) switch the device; otherwise `device` names it.
+
+def parse_hccn(text: str, device: int | None = None) -> dict:
+    """hccn_tool -i N -link|-ip|-net_health|-lldp|-gateway|-netdetect|-route|-hw_stats -g and -ping -g address A, one or
+    several outputs (a shell loop's).
+
+    Echoed command lines (`hccn_tool -i 3 -ip -g`) and ping headers (`device 3 PING 10.0.0.2`) switch
+    the device; otherwise `device` names it. Lines the tool prints when it fails (`... failed`,
+    `Device id 5 is invalid`, `hccn_tool is busy`) are findings (tool_errors) and the device's errors,
+    never skipped; an author's `...` is an elision.
     """
     kind = "hccn-tool"
     devices: dict = {}
     warnings: list[str] = []
+    tool_errors: list[dict] = []
+    elisions: list[int] = []
     current = device
     lldp: dict | None = None
     lldp_key = None
+    ping: dict | None = None
+    routes: list | None = None
 
     def rec():
         return devices.setdefault(current, {"device": current})
+
+    def new_ping(address, n):
+        p = {"address": address, "line": n, "replies": 0, "lost": [], "transmitted": None, "received": None,
+             "loss_pct": None}
+        rec().setdefault("pings", []).append(p)
+        return p
 
     for n, raw in enumerate(clean_lines(text), 1):
         s = raw.strip()
@@ -141,8 +168,50 @@ def parse_hccn(text: str, device: int | None = None) -> dict:
         m = re.search(r"hccn_tool\s+-i\s+(\d+)\s+(-\S+)", s)
         if m:
             current = int(m.group(1))
-            lldp = None
+            lldp = ping = None
+            m2 = re.search(r"-ping6?\s+-g\s+(?:ipv6_)?address\s+(\S+)", s)
+            if m2:
+                ping = new_ping(m2.group(1), n)
             continue
+        m = _PING_HEAD.match(s)
+        if m:
+            current = int(m.group(1))
+            lldp = None
+            ping = new_ping(m.group(2), n)
+            continue
+        m = _PING_OK.match(s) or _PING_LOST.match(s) or _PING_SUM.match(s)
+        if m:
+            if ping is None:
+                ping = new_ping(None, n)  # the output starts at the first reply (the header not captured)
+            if m.re is _PING_OK:
+                ping["replies"] += 1
+            elif m.re is _PING_LOST:
+                ping["lost"].append({"line": n, "text": s})
+            else:
+                ping.update(transmitted=int(m.group(1)), received=int(m.group(2)), loss_pct=float(m.group(3)))
+                ping = None
+            continue
+        if s in ("...", "\u2026"):
+            elisions.append(n)
+            continue
+        if s == "route table:":
+            routes = rec().setdefault("routes", [])
+            lldp = ping = None
+            continue
+        if routes is not None and re.match(r"^Destination\s+Gateway\s+Genmask\s+Flags", s):
+            continue
+        m = re.match(r"^(\S+)\s+(\S+)\s+(\d+\.\d+\.\d+\.\d+)\s+([A-Z!]+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\S+)$", s)
+        if routes is not None and m:
+            routes.append({"destination": m.group(1), "gateway": None if m.group(2) == "*" else m.group(2),
+                           "genmask": m.group(3), "flags": m.group(4), "metric": int(m.group(5)),
+                           "iface": m.group(8)})
+            continue
+        m = re.match(r"^\[devid (\d+)\]\s+(\w+):\s*(\d+)$", s)
+        if m:
+            current = int(m.group(1))
+            rec().setdefault("hw_stats", {})[m.group(2)] = int(m.group(3))
+            continue
+        routes = None  # any other line ends the route table
         m = re.match(r"^link status:\s*(\S+)$", s, re.IGNORECASE)
         if m:
             rec()["link"] = m.group(1).upper()
@@ -155,6 +224,19 @@ def parse_hccn(text: str, device: int | None = None) -> dict:
         if m:
             rec()[m.group(1)] = m.group(2) or None  # 'ipaddr:' alone: no address configured
             continue
+        m = re.match(r"^default gateway:\s*([^,\s]*)\s*(?:,\s*Iface:\s*(\S+))?$", s, re.IGNORECASE)
+        if m:
+            eth = re.fullmatch(r"eth(\d+)", m.group(2) or "")
+            if device is None and eth and (current is None or current != int(eth.group(1))) and not re.search(
+                    r"hccn_tool", text):
+                current = int(eth.group(1))  # a loop's output without echoed commands: Iface ethN is device N
+            rec()["gateway"] = m.group(1) or None
+            rec()["gateway_iface"] = m.group(2)
+            continue
+        m = re.match(r"^netdetect address:\s*(\S*)$", s, re.IGNORECASE)
+        if m:
+            rec()["netdetect"] = m.group(1) or None
+            continue
         m = re.match(r"^(.+?) TLV$", s)
         if m:
             lldp = rec().setdefault("lldp", {})
@@ -163,14 +245,28 @@ def parse_hccn(text: str, device: int | None = None) -> dict:
                 lldp[lldp_key] = ""
             continue
         if lldp is not None and lldp_key:
-            if s in ("...", "…") or s.endswith(": ..."):
+            if s.endswith(": ..."):
                 warnings.append(f"line {n}: LLDP content elided ({s!r})")
             lldp[lldp_key] = (lldp[lldp_key] + "\n" + s).strip() if lldp.get(lldp_key) else s
             continue
-        raise ParseError(kind, f"unexpected line {s!r}", n)
+        if _TOOL_FAILED.search(s):
+            tool_errors.append({"line": n, "text": s[:200]})
+            rec().setdefault("errors", []).append(s[:200])
+            continue
+        raise ParseError(kind, "expected a hccn_tool result line (link status / ipaddr / net health status / default "
+                               f"gateway / netdetect address / LLDP TLV / ping), found {s[:80]!r}", n)
+    for dev in devices.values():
+        for p in dev.get("pings", []):
+            if p["transmitted"] is None:
+                tool_errors.append({"line": p["line"], "text": f"ping to {p['address']}: no 'packets transmitted' "
+                                                               "summary (the tool stopped or the capture was cut)"})
+            p["ok"] = p["received"] is not None and p["received"] == p["transmitted"] and p["transmitted"] > 0 \
+                and not p["lost"]
     if not devices:
-        raise ParseError(kind, "no hccn_tool result line (link status / ipaddr / net health status / LLDP TLV)")
-    return {"kind": kind, "devices": [devices[k] for k in devices], "warnings": warnings}
+        raise ParseError(kind, "expected a hccn_tool result line (link status / ipaddr / net health status / LLDP TLV "
+                               "/ default gateway / netdetect address / ping), found none")
+    return {"kind": kind, "devices": [devices[k] for k in devices], "warnings": warnings, "tool_errors": tool_errors,
+            "elisions": elisions}
 
 
 def parse_version_info(text: str) -> dict:

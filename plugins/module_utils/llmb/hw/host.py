@@ -8,7 +8,7 @@ import ast
 import json
 import re
 
-from ._text import ParseError, clean_lines, na, parse_cpulist, to_int
+from ._text import ParseError, clean_lines, load_json, na, parse_cpulist, to_int
 
 # --------------------------------------------------------------------------- NUMA / CPU
 
@@ -123,25 +123,35 @@ def _lscpu(fields: dict, kind: str) -> dict:
 
 
 def parse_lscpu(text: str) -> dict:
+    """`lscpu`. A line that is not 'Field: value' after a field (a Flags value hard-wrapped by a narrow
+    terminal) is read as the rest of that field's value, with a warning naming the line: the facts
+    before and after it are kept. Such a line before any field is refused."""
     kind = "lscpu"
     fields: dict = {}
+    warnings: list[str] = []
+    last = None
     for n, raw in enumerate(clean_lines(text), 1):
         if not raw.strip():
             continue
         key, sep, value = raw.partition(":")
         if not sep:
-            raise ParseError(kind, f"not a 'Field: value' line: {raw.strip()!r}", n)
-        fields.setdefault(key.strip(), value.strip())
-    return _lscpu(fields, kind)
+            if last is None:
+                raise ParseError(kind, f"expected a 'Field: value' line, found {raw.strip()[:60]!r}", n)
+            warnings.append(f"line {n}: expected a 'Field: value' line; read as the rest of {last!r} "
+                            "(a value wrapped onto the next line by a narrow terminal?)")
+            fields[last] = (fields[last] + " " + raw.strip()).strip()
+            continue
+        last = key.strip()
+        fields.setdefault(last, value.strip())
+    out = _lscpu(fields, kind)
+    if warnings:
+        out["warnings"] = warnings
+    return out
 
 
 def parse_lscpu_json(text: str) -> dict:
     kind = "lscpu-json"
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ParseError(kind, f"not valid JSON ({exc}); capture truncated?") from None
-    return _lscpu(_lscpu_fields_from_json(data, kind), kind)
+    return _lscpu(_lscpu_fields_from_json(load_json(text, kind), kind), kind)
 
 
 def parse_numa_balancing(text: str) -> dict:
@@ -156,12 +166,25 @@ def parse_numa_balancing(text: str) -> dict:
 
 
 def parse_ibstat(text: str) -> dict:
+    """`ibstat`. When ibstat cannot stat a device it prints `ibpanic: [pid] main: stat of IB device 'X'
+    failed: ...` and exits 255 before the remaining devices (rdma-core before PR #1501): that line is a
+    tool failure (tool_errors, a finding), never a field of the previous device; `...` is an elision."""
     kind = "ibstat"
     cas: list[dict] = []
     port = None
+    tool_errors: list[dict] = []
+    elisions: list[int] = []
     for n, raw in enumerate(clean_lines(text), 1):
         s = raw.strip()
         if not s:
+            continue
+        if re.match(r"^(ibpanic|ibwarn|ibstat):|^ibstat: ", s) or re.match(r"^(ibpanic|ibwarn)\b", s):
+            m = re.search(r"IB device '([^']+)'", s)
+            tool_errors.append({"line": n, "text": s[:200], "device": m.group(1) if m else None})
+            port = None
+            continue
+        if s in ("...", "\u2026"):
+            elisions.append(n)
             continue
         m = re.match(r"^CA '([^']+)'$", s)
         if m:
@@ -181,16 +204,19 @@ def parse_ibstat(text: str) -> dict:
         key = re.sub(r"[^a-z0-9]+", "_", key.strip().lower()).strip("_")
         value = value.strip()
         target = port if port is not None else cas[-1]
+        if value in ("...", "\u2026"):
+            elisions.append(n)
+            continue
         if key in ("rate", "base_lid", "sm_lid", "lmc", "number_of_ports"):
             target[key if key != "rate" else "rate_gbps"] = to_int(value, kind)
         else:
             target[key] = value
-    if not cas:
-        raise ParseError(kind, "no \"CA '<name>'\" block")
+    if not cas and not tool_errors:
+        raise ParseError(kind, "expected \"CA '<name>'\" blocks, found none")
     for ca in cas:
         if ca.get("number_of_ports") is not None and len(ca["ports"]) != ca["number_of_ports"]:
             raise ParseError(kind, f"{ca['name']}: {ca['number_of_ports']} ports declared, {len(ca['ports'])} listed")
-    return {"kind": kind, "cas": cas}
+    return {"kind": kind, "cas": cas, "tool_errors": tool_errors, "elisions": elisions}
 
 
 def parse_ibv_devinfo(text: str) -> dict:

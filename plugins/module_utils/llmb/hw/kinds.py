@@ -22,7 +22,7 @@ KINDS = {
     "nvidia-proc-version": (nvidia.parse_proc_version, "`cat /proc/driver/nvidia/version`"),
     "npu-smi-info": (ascend.parse_npu_smi, "`npu-smi info`"),
     "npu-smi-topo": (ascend.parse_npu_topo, "`npu-smi info -t topo`"),
-    "hccn-tool": (ascend.parse_hccn, "`hccn_tool -i N -link|-ip|-net_health|-lldp -g`"),
+    "hccn-tool": (ascend.parse_hccn, "`hccn_tool -i N -link|-ip|-net_health|-lldp|-gateway|-netdetect|-route|-hw_stats -g`, `-ping -g address A`"),
     "ascend-version-info": (ascend.parse_version_info, "`cat /usr/local/Ascend/driver/version.info`"),
     "amd-smi": (amd.parse_amd_smi_table, "default `amd-smi` table"),
     "amd-smi-version": (amd.parse_amd_smi_version, "`amd-smi version`"),
@@ -30,6 +30,10 @@ KINDS = {
     "amd-smi-static-json": (amd.parse_amd_smi_static_json, "`amd-smi static --json`"),
     "amd-smi-topology-json": (amd.parse_amd_smi_topology_json, "`amd-smi topology --json`"),
     "amd-smi-list-json": (amd.parse_amd_smi_list_json, "`amd-smi list --json`"),
+    "amd-smi-list": (amd.parse_amd_smi_list_text, "`amd-smi list` / `amd-smi list -e` (text)"),
+    "amd-smi-static": (amd.parse_amd_smi_static_text, "`amd-smi static` (text)"),
+    "amd-smi-metric": (amd.parse_amd_smi_metric_text, "`amd-smi metric` (text)"),
+    "rocm-smi-productname": (amd.parse_rocm_productname, "`rocm-smi --showproductname`"),
     "rocm-smi": (amd.parse_rocm_smi, "default `rocm-smi` table"),
     "rocm-smi-topo": (amd.parse_rocm_showtopo, "`rocm-smi --showtopo`"),
     "numactl": (host.parse_numactl, "`numactl -H`"),
@@ -79,10 +83,14 @@ _BY_COMMAND = [
     (r"amd-smi\s+static.*--json", "amd-smi-static-json"),
     (r"amd-smi\s+topology.*--json", "amd-smi-topology-json"),
     (r"amd-smi\s+list.*--json", "amd-smi-list-json"),
+    (r"amd-smi\s+list", "amd-smi-list"),
+    (r"amd-smi\s+static", "amd-smi-static"),
+    (r"amd-smi\s+metric", "amd-smi-metric"),
     (r"amd-smi\s+version", "amd-smi-version"),
     (r"amd-smi\s+partition", "amd-smi-partition"),
     (r"amd-smi\s*$", "amd-smi"),
     (r"rocm-smi\s+--showtopo", "rocm-smi-topo"),
+    (r"rocm-smi\s+(.*\s)?--showproductname", "rocm-smi-productname"),
     (r"rocm-smi\s*$", "rocm-smi"),
     (r"numactl\s+(-H|--hardware)", "numactl"),
     (r"lscpu\s+(-J|--json)", "lscpu-json"),
@@ -167,7 +175,16 @@ def _detect_content(body: str) -> str | None:
     if re.search(r"^\s*GPU0\b", first) and ("CPU Affinity" in first or re.search(r"\b(NV\d+|SYS|PIX|PXB|PHB|NODE)\b", s)):
         return "nvidia-smi-topo"
     if "ROCm System Management Interface" in s:
-        return "rocm-smi-topo" if "between two GPUs" in s else "rocm-smi"
+        if "between two GPUs" in s:
+            return "rocm-smi-topo"
+        return "rocm-smi-productname" if re.search(r"^GPU\[\d+\]\s*:\s*Card [Ss]eries", s, re.M) else "rocm-smi"
+    if re.match(r"^GPU:\s*\d+$", first):
+        if re.search(r"^\s+(ASIC|VRAM|DRIVER|BUS):\s*$", s, re.M):
+            return "amd-smi-static"
+        if re.search(r"^\s+(MEM_USAGE|TEMPERATURE|POWER|USAGE):", s, re.M):
+            return "amd-smi-metric"
+        if re.search(r"^\s+(BDF|UUID|KFD_ID):", s, re.M):
+            return "amd-smi-list"
     if "AMDSMI Tool:" in s:
         return "amd-smi-version"
     if "AMD-SMI" in s and "GPU-Name" in s:
@@ -182,7 +199,8 @@ def _detect_content(body: str) -> str | None:
         return "ibstat"
     if re.match(r"^hca_id:", first):
         return "ibv-devinfo"
-    if re.search(r"^(link status|net health status|ipaddr|netmask):", s, re.M | re.I) or re.search(
+    if re.search(r"^(link status|net health status|ipaddr|netmask|default gateway|netdetect address|route table):", s,
+                 re.M | re.I) or re.match(r"^(device \d+ PING6? |\[devid \d+\] \w+: \d+$|recv (seq|time out))", first) or re.search(
         r"^Chassis ID TLV$", s, re.M
     ) or "hccn_tool" in first:
         return "hccn-tool"

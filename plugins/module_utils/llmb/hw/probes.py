@@ -94,6 +94,7 @@ VENDOR_PROBES = {
         _p("amd-smi-topology", "amd-smi-topology-json", ["amd-smi", "topology", "--json"]),
         _p("amd-smi-list", "amd-smi-list-json", ["amd-smi", "list", "--json"]),
         _p("rocm-showtopo", "rocm-smi-topo", ["rocm-smi", "--showtopo"], optional=True),
+        _p("rocm-productname", "rocm-smi-productname", ["rocm-smi", "--showproductname"], optional=True),
     ],
     "ascend": [
         _p("npu-smi", "npu-smi-info", ["npu-smi", "info"]),
@@ -101,7 +102,9 @@ VENDOR_PROBES = {
         _p("version-info", "ascend-version-info", file="/usr/local/Ascend/driver/version.info"),
     ],
 }
-HCCN_QUERIES = (("link", "-link"), ("ip", "-ip"), ("net_health", "-net_health"))
+TEXT_TWINS = ("amd-smi-static-json", "amd-smi-list-json")  # JSON kinds with a text kind of the same facts
+HCCN_QUERIES = (("link", "-link"), ("ip", "-ip"), ("net_health", "-net_health"), ("gateway", "-gateway"),
+                ("netdetect", "-netdetect"))
 
 
 def search_path() -> str:
@@ -315,7 +318,8 @@ def hccn_devices(npu_smi_stdout: str) -> list[int]:
 
 
 def hccn_probes(devices: list[int], queries=None) -> list[dict]:
-    wanted = [q for q in HCCN_QUERIES if queries is None or q[0] in queries]
+    queries = ("link", "ip", "net_health") if queries is None else queries  # accel_probe's default
+    wanted = [q for q in HCCN_QUERIES if q[0] in queries]
     return [
         _p(f"hccn-{dev}-{name}", "hccn-tool", ["hccn_tool", "-i", str(dev), flag, "-g"]) for dev in devices
         for name, flag in wanted
@@ -336,6 +340,15 @@ def run_probes(vendor: str = "auto", timeout: float = 60, only: list[str] | None
         for res in pool.map(lambda p: run_one(p, timeout), plan):
             if res is not None:
                 results.append(res)
+        # amd-smi without --json (older releases print text only): the same command's text form, read by
+        # its text kind (one data model, two readers).
+        fallback = [dict(p, name=p["name"] + "-text", kind=p["kind"][: -len("-json")],
+                         argv=[a for a in p["argv"] if a != "--json"])
+                    for p in plan for r in results
+                    if r["name"] == p["name"] and p["kind"] in TEXT_TWINS and r.get("rc") not in (0, None)]
+        for res in pool.map(lambda p: run_one(p, timeout), fallback):
+            if res is not None and res.get("rc") == 0:
+                results = [r for r in results if r["name"] != res["name"][: -len("-text")]] + [res]
         if vendor == "ascend" and (not only or any(n.startswith("hccn") for n in only)):
             npu = next((r for r in results if r["name"] == "npu-smi"), None)
             ids = devices if devices is not None else hccn_devices(npu["stdout"] if npu else "")

@@ -93,7 +93,8 @@ def test_amd_smi_list_json():
 
 def test_amd_smi_json_damaged():
     text = data_text("amd-smi-static-mi300x-8.json")
-    with pytest.raises(ParseError, match="not valid JSON"):
+    with pytest.raises(ParseError, match="expected JSON") as exc:
         parse(text[:300], "amd-smi-static-json")
+    assert exc.value.line == text[:300].count("\n") + 1  # the line where the JSON stops
     with pytest.raises(ParseError, match="neither 'links' nor 'link_type'"):
         parse('[{"gpu": 0, "bdf": "0000:05:00.0"}]', "amd-smi-topology-json")

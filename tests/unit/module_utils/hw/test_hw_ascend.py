@@ -88,16 +88,20 @@ def test_hccn_lldp_elided():
     assert lldp["maximum_frame_size"] == "9216"
     assert lldp["system_capabilities"] == "Enabled capabilities: Bridge, Router"
     assert "Huarong DX511" in lldp["system_description"]
-    assert len(r["warnings"]) == 2 and "elided" in r["warnings"][0]
+    assert len(r["warnings"]) == 1 and "elided" in r["warnings"][0]
+    assert r["elisions"] == [15]  # the author's '...' line: a finding (a warning under [fidelity: ELIDED])
 
 
 def test_hccn_link_down_and_damage():
     assert parse("link status: DOWN\n", "hccn-tool", device=5)["devices"] == [{"device": 5, "link": "DOWN"}]
     no_ip = parse("ipaddr:\nnetmask:\n", "hccn-tool", device=5)["devices"][0]
     assert no_ip == {"device": 5, "ipaddr": None, "netmask": None}
-    with pytest.raises(ParseError, match="unexpected line 'Get ip address failed'"):
-        parse("Get ip address failed\n", "hccn-tool")
-    with pytest.raises(ParseError, match="no hccn_tool result line"):
+    failed = parse("Get ip address failed\n", "hccn-tool", device=5)  # the tool failed: a finding, not skipped
+    assert failed["tool_errors"] == [{"line": 1, "text": "Get ip address failed"}]
+    assert failed["devices"] == [{"device": 5, "errors": ["Get ip address failed"]}]
+    with pytest.raises(ParseError, match="expected a hccn_tool result line"):
+        parse("some banner\n", "hccn-tool")
+    with pytest.raises(ParseError, match="found none"):
         parse("\n", "hccn-tool")
 
 

@@ -68,7 +68,7 @@ CASES = {
     "ANSI residue and a cut matrix": (ansi_cut, []),
     "fused columns (affinity)": (fused_tab, []),
     "fused columns (label)": (fused_label, []),
-    "another kind": (lambda: (fixture_text("real/h100/topo.txt"), 6, "this is not npu-smi-topo output: it looks like"
+    "another kind": (lambda: (fixture_text("real/h100/topo.txt"), 6, "expected npu-smi-topo output, found what looks like"
                                                                        " `nvidia-smi topo -m` (nvidia-smi-topo)"),
                      ["--kind", "npu-smi-topo"]),
 }

@@ -70,7 +70,7 @@ def test_lscpu_text_and_json_agree_real_h100():
 def test_lscpu_damaged():
     with pytest.raises(ParseError, match="NUMA node\\(s\\): 2"):
         parse("Architecture: x86_64\nCPU(s): 4\nNUMA node(s): 2\nNUMA node0 CPU(s): 0-3\n", "lscpu")
-    with pytest.raises(ParseError, match="not valid JSON"):
+    with pytest.raises(ParseError, match="expected JSON"):
         parse('{"lscpu": [', "lscpu-json")
 
 
