@@ -53,12 +53,15 @@ def plan_inventory(
     data_dir: str | None = None,
     source: str = "inventory",
     host_set: dict | None = None,
+    engine_version: str | None = None,
 ) -> Planned:
-    """host_set: per host, the names set on the host itself (see inventory.py)."""
+    """host_set: per host, the names set on the host itself (see inventory.py).
+    engine_version: the release when the inventory leaves llmb_engine_version unset (the lock's,
+    llmb.pins.resolve_engine); None: the newest shipped."""
     dep, problems = read_deployment(hostvars, groups, host_set)
     if dep is None or problems:
         raise PlanError(problems, source)
-    ctx, problems = resolve(dep, Catalog(data_dir))
+    ctx, problems = resolve(dep, Catalog(data_dir), default_version=engine_version)
     if ctx is None:
         raise PlanError(problems, source)
     engine = ENGINES[ctx.engine]
