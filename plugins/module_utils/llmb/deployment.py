@@ -17,7 +17,9 @@ The document (key order fixed, JSON-ready):
     dirs          node directory layout (llmb.layout)
     ports         {api, ray, ray_dashboard, dp_rpc, sglang_dist, sshd}
     start_levels  the plan's start orders, ascending
-    hosts         {name: {address, rank, config_patches, plan}}, plan = the launch-plan entry
+    hosts         {name: {address, rank, config_patches, packages, plan}}, plan = the launch-plan entry;
+                  packages = the pinned requirements its services run beside the engine (the
+                  engine stage installs them with it: engine_host)
     hash          sha256 of the canonical JSON of everything but run and hash
 
 An inventory that cannot be planned (a verify-only inventory, say) still gives a document: the
@@ -213,6 +215,7 @@ def resolve(
                 "address": entry["address"],
                 "rank": entry["rank"],
                 "config_patches": (entry.get("model") or {}).get("config_patches") or [],
+                "packages": list(dict.fromkeys(p for s in entry.get("services") or [] for p in s.get("packages") or [])),
                 "plan": entry,
             }
     else:
@@ -222,6 +225,7 @@ def resolve(
                 "address": node_address(name, hv) if hv is not None else name,
                 "rank": rank,
                 "config_patches": [],
+                "packages": [],
                 "plan": None,
             }
 
@@ -403,6 +407,7 @@ def host_view(doc: dict[str, Any], host: str) -> dict[str, Any]:
         "address": None,
         "rank": None,
         "config_patches": [],
+        "packages": [],
         "plan": None,
     }
     return view
