@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import hashlib
 import shutil
-from pathlib import Path
 
 from llmb.console import cli, runenv
 
