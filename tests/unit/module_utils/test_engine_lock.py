@@ -14,7 +14,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -57,7 +56,6 @@ def inv(tmp_path: Path) -> Path:
 
 
 def load(inv: Path) -> tuple[dict, dict]:
-    sys.path.insert(0, str(REPO / "scripts"))
     import importlib.machinery
     import importlib.util
 
