@@ -102,7 +102,7 @@ def sample_inventories() -> list[str]:
 
 def sample_services() -> list[tuple[str, str, dict]]:
     """(inventory, host, service) of every unit the serve role writes for the sample inventories."""
-    from llmb.planner import plan_inventory
+    from llmbctl.planner import plan_inventory
 
     out = []
     for name in sample_inventories():
@@ -121,8 +121,8 @@ GROUP_TOOL = ["/usr/bin/python3", "/opt/llmb/bin/llmb-group"]  # the serve role'
 def sample_groups() -> list[tuple[str, str, dict, list[dict]]]:
     """(inventory, host, group view, unit services) of every sample host that is part of a serving
     group of several nodes (llmb.serve.group_view on the deployment document, as the role computes it)."""
-    from llmb import deployment
     from llmb.serve import group_view
+    from llmbctl import deployment
 
     out = []
     for name in sample_inventories():

@@ -1,23 +1,15 @@
 """llmb_accuracy: lm-eval's gsm8k against this host's endpoints, on the controller; records the result
-(llmb.results, the one results writer) first, then fails when the gate is missed.
-Documentation: plugins/modules/llmb_accuracy.py; logic: plugins/module_utils/llmb/accuracy.py.
+(llmbctl.results, the one results writer) first, then fails when the gate is missed.
+Documentation: plugins/modules/llmb_accuracy.py; logic: lib/llmbctl/accuracy.py.
 """
 
 from __future__ import annotations
 
-import os
-import sys
-
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
-
-_MU = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "module_utils")
-if _MU not in sys.path:
-    sys.path.insert(0, _MU)
-
-from llmb import accuracy as A  # noqa: E402
-from llmb.plugin import ControllerAction  # noqa: E402
-from llmb.results import ResultError, record, result_path  # noqa: E402
+from llmbctl import accuracy as A
+from llmbctl.plugin import ControllerAction
+from llmbctl.results import ResultError, record, result_path
 
 ARG_SPEC = {
     "endpoints": {"type": "list", "elements": "dict", "required": True},

@@ -6,17 +6,11 @@ playbook). Documentation: plugins/modules/llmb_deployment_write.py.
 from __future__ import annotations
 
 import os
-import sys
 
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
-
-_MU = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "module_utils")
-if _MU not in sys.path:
-    sys.path.insert(0, _MU)
-
-from llmb import deployment as D  # noqa: E402
-from llmb.plugin import ControllerAction  # noqa: E402
+from llmbctl import deployment as D
+from llmbctl.plugin import ControllerAction
 
 ARG_SPEC = {
     "artifacts_dir": {"type": "path", "required": True},

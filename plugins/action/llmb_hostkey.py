@@ -1,21 +1,13 @@
 """llmb_hostkey: the host key the node to recover presents against what known_hosts pins; stop with
-the fingerprint and the fix, or pin exactly the accepted key (llmb.hostkeys). Runs in the
+the fingerprint and the fix, or pin exactly the accepted key (llmbctl.hostkeys). Runs in the
 controller process. Documentation: plugins/modules/llmb_hostkey.py."""
 
 from __future__ import annotations
 
-import os
-import sys
-
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
-
-_MU = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "module_utils")
-if _MU not in sys.path:
-    sys.path.insert(0, _MU)
-
-from llmb.hostkeys import HostKeyError, check_host  # noqa: E402
-from llmb.plugin import ControllerAction  # noqa: E402
+from llmbctl.hostkeys import HostKeyError, check_host
+from llmbctl.plugin import ControllerAction
 
 ARG_SPEC = {
     "host": {"type": "str", "required": True},

@@ -1,21 +1,13 @@
 """llmb_record: write this host's result of a stage to <artifacts_dir>/<stage>/<host>.json on the
-controller (llmb.results, the one results writer). Documentation: plugins/modules/llmb_record.py.
+controller (llmbctl.results, the one results writer). Documentation: plugins/modules/llmb_record.py.
 """
 
 from __future__ import annotations
 
-import os
-import sys
-
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
-
-_MU = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "module_utils")
-if _MU not in sys.path:
-    sys.path.insert(0, _MU)
-
-from llmb.plugin import ControllerAction  # noqa: E402
-from llmb.results import ResultError, record  # noqa: E402
+from llmbctl.plugin import ControllerAction
+from llmbctl.results import ResultError, record
 
 ARG_SPEC = {
     "artifacts_dir": {"type": "path", "required": True},

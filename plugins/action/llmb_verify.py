@@ -9,20 +9,14 @@ from __future__ import annotations
 
 import datetime
 import os
-import sys
 
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
-
-_MU = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "module_utils")
-if _MU not in sys.path:
-    sys.path.insert(0, _MU)
-
-from llmb import results  # noqa: E402
-from llmb import verify as V  # noqa: E402
-from llmb.hw.facts import build_facts  # noqa: E402
-from llmb.hw.probes import write_bundle  # noqa: E402
-from llmb.plugin import ControllerAction  # noqa: E402
+from llmb.hw.probes import write_bundle
+from llmbctl import results
+from llmbctl import verify as V
+from llmbctl.hw.facts import build_facts
+from llmbctl.plugin import ControllerAction
 
 ARG_SPEC = {
     "platform": {"type": "str"},
@@ -41,7 +35,7 @@ ARG_SPEC = {
 def _engine_release(task_vars: dict) -> dict | None:
     """The chosen engine release's requirements for engine.driver: the release the deployment
     document names (stage 0 decided it, default the newest shipped), else the inventory's."""
-    from llmb.catalog import Catalog, CatalogError
+    from llmbctl.catalog import Catalog, CatalogError
 
     engine = (task_vars.get("llmb_deployment") or {}).get("engine") or {}
     name = engine.get("name") or task_vars.get("llmb_engine")

@@ -6,20 +6,12 @@ Documentation: plugins/modules/llmb_verify_bandwidth.py.
 
 from __future__ import annotations
 
-import os
-import sys
-
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
-
-_MU = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "module_utils")
-if _MU not in sys.path:
-    sys.path.insert(0, _MU)
-
-from llmb import results  # noqa: E402
-from llmb import verify as V  # noqa: E402
-from llmb.hw import ParseError, parse  # noqa: E402
-from llmb.plugin import ControllerAction  # noqa: E402
+from llmb.hw import ParseError, parse
+from llmbctl import results
+from llmbctl import verify as V
+from llmbctl.plugin import ControllerAction
 
 ARG_SPEC = {
     "output": {"type": "str", "default": ""},

@@ -1,5 +1,5 @@
 """llmb_verify_fabric: judge the cross-node fabric probes of every node (ib_write_bw per rail between
-ring neighbours, the all-reduce across all nodes) with llmb.verify.fabric_checks, write
+ring neighbours, the all-reduce across all nodes) with llmbctl.verify.fabric_checks, write
 <artifacts>/verify/fabric.json and, unless in check mode, record each node's working rails in
 <inventory>/host_vars/<host>/llmb_rdma.yml for the planner (NCCL_IB_HCA). Run once. Never fails:
 llmb_verify_report does, once, for all hosts. Documentation: plugins/modules/llmb_verify_fabric.py.
@@ -9,19 +9,13 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
-
-_MU = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "module_utils")
-if _MU not in sys.path:
-    sys.path.insert(0, _MU)
-
-from llmb import results  # noqa: E402
-from llmb import verify as V  # noqa: E402
-from llmb.fsutil import write_text_if_changed  # noqa: E402
-from llmb.plugin import ControllerAction  # noqa: E402
+from llmb.fsutil import write_text_if_changed
+from llmbctl import results
+from llmbctl import verify as V
+from llmbctl.plugin import ControllerAction
 
 ARG_SPEC = {
     "platform": {"type": "str", "required": True},

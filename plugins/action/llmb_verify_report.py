@@ -6,18 +6,12 @@ Run it once (run_once: true) after llmb_verify. Documentation: plugins/modules/l
 from __future__ import annotations
 
 import os
-import sys
 
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
-
-_MU = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "module_utils")
-if _MU not in sys.path:
-    sys.path.insert(0, _MU)
-
-from llmb import verify as V  # noqa: E402
-from llmb.plugin import ControllerAction  # noqa: E402
-from llmb.results import write_json  # noqa: E402
+from llmbctl import verify as V
+from llmbctl.plugin import ControllerAction
+from llmbctl.results import write_json
 
 ARG_SPEC = {
     "artifacts_dir": {"type": "path", "required": True},

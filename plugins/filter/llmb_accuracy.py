@@ -1,15 +1,8 @@
-"""Filters of the accuracy gate (controller side): thin shims over llmb.accuracy."""
+"""Filters of the accuracy gate (controller side): thin shims over llmbctl.accuracy."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-_MODULE_UTILS = str(Path(__file__).resolve().parents[1] / "module_utils")
-if _MODULE_UTILS not in sys.path:
-    sys.path.insert(0, _MODULE_UTILS)
-
-from llmb.accuracy import problems  # noqa: E402
+from llmbctl.accuracy import problems
 
 
 def llmb_accuracy_problems(args, model=None, platform=None, dcp=1):

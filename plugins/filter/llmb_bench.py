@@ -2,15 +2,8 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-_MODULE_UTILS = str(Path(__file__).resolve().parents[1] / "module_utils")
-if _MODULE_UTILS not in sys.path:
-    sys.path.insert(0, _MODULE_UTILS)
-
-from llmb.bench import bench_tool  # noqa: E402
-from llmb.plugin import reraise  # noqa: E402
+from llmb.bench import bench_tool
+from llmbctl.plugin import reraise
 
 try:
     from ansible.errors import AnsibleFilterError

@@ -1,4 +1,4 @@
-"""Filters over llmb.catalog, the one loader of data/ (controller side), for the roles.
+"""Filters over llmbctl.catalog, the one loader of data/ (controller side), for the roles.
 
     vendor: "{{ (llmb_platform | llmb_catalog_platform).vendor }}"
     profile: "{{ llmb_model | llmb_catalog_model }}"                  # the validated model profile
@@ -8,16 +8,8 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 from ansible.errors import AnsibleFilterError
-
-_MODULE_UTILS = str(Path(__file__).resolve().parents[1] / "module_utils")
-if _MODULE_UTILS not in sys.path:
-    sys.path.insert(0, _MODULE_UTILS)
-
-from llmb.catalog import KINDS, Catalog, CatalogError  # noqa: E402
+from llmbctl.catalog import KINDS, Catalog, CatalogError
 
 
 def llmb_catalog_platform(name, platforms_dir=None):

@@ -1,4 +1,4 @@
-"""Filters exposing the deployment resolver (plugins/module_utils/llmb/deployment.py) and the
+"""Filters exposing the deployment resolver (lib/llmbctl/deployment.py) and the
 launch planner to stage 0 (controller side).
 
 doc:  "{{ hostvars | llmb_deployment(groups, run_id, artifacts_dir) }}"   # the whole document
@@ -12,18 +12,10 @@ report: "{{ problems | llmb_plan_report }}"                 # multi-line text fo
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 from ansible.errors import AnsibleFilterError
-
-_MODULE_UTILS = str(Path(__file__).resolve().parents[1] / "module_utils")
-if _MODULE_UTILS not in sys.path:
-    sys.path.insert(0, _MODULE_UTILS)
-
-from llmb.deployment import DeploymentError, build, dumps, host_view, validate_run_id  # noqa: E402
-from llmb.planner import PlanError, Problem, check, plan  # noqa: E402
-from llmb.planner.inventory import is_checked_name  # noqa: E402
+from llmbctl.deployment import DeploymentError, build, dumps, host_view, validate_run_id
+from llmbctl.planner import PlanError, Problem, check, plan
+from llmbctl.planner.inventory import is_checked_name
 
 
 def llmb_deployment(

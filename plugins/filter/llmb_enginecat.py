@@ -1,4 +1,4 @@
-"""Filters over llmb.enginecat (controller side): the chosen engine release against a node's driver,
+"""Filters over llmbctl.enginecat (controller side): the chosen engine release against a node's driver,
 the same finding verify's engine.driver reports (enginecat.requirements.driver_finding).
 
     finding: "{{ smi.stdout | llmb_engine_driver_finding(engine_name, engine_version, vendor) }}"
@@ -7,17 +7,9 @@ the same finding verify's engine.driver reports (enginecat.requirements.driver_f
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 from ansible.errors import AnsibleFilterError
-
-_MODULE_UTILS = str(Path(__file__).resolve().parents[1] / "module_utils")
-if _MODULE_UTILS not in sys.path:
-    sys.path.insert(0, _MODULE_UTILS)
-
-from llmb.catalog import Catalog, CatalogError  # noqa: E402
-from llmb.enginecat.requirements import driver_finding, driver_from_query  # noqa: E402
+from llmbctl.catalog import Catalog, CatalogError
+from llmbctl.enginecat.requirements import driver_finding, driver_from_query
 
 
 def llmb_engine_driver_finding(query_output, engine, version, vendor="nvidia", data_dir=None):

@@ -1,4 +1,4 @@
-"""Filters of the engine_image role (controller side); the logic is llmb.images.
+"""Filters of the engine_image role (controller side); the logic is llmbctl.images.
 
     ref:  "{{ 'vllm/vllm-openai:v0.19.1' | llmb_image_parse }}"     # registry, path, tag, repository, name
     pull: "{{ image | llmb_image_pull_ref(digest, mirror) }}"        # <registry or mirror>/<path>@<digest>
@@ -8,17 +8,9 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 from ansible.errors import AnsibleFilterError
-
-_MODULE_UTILS = str(Path(__file__).resolve().parents[1] / "module_utils")
-if _MODULE_UTILS not in sys.path:
-    sys.path.insert(0, _MODULE_UTILS)
-
-from llmb import images  # noqa: E402
-from llmb.plugin import reraise_each  # noqa: E402
+from llmbctl import images
+from llmbctl.plugin import reraise_each
 
 
 def llmb_image_parse(reference):

@@ -1,15 +1,8 @@
-"""Preflight's node OS checks (llmb.nodeos): "{{ ansible_facts | llmb_node_os_problems(inventory_hostname) }}"."""
+"""Preflight's node OS checks (llmbctl.nodeos): "{{ ansible_facts | llmb_node_os_problems(inventory_hostname) }}"."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-_MODULE_UTILS = str(Path(__file__).resolve().parents[1] / "module_utils")
-if _MODULE_UTILS not in sys.path:
-    sys.path.insert(0, _MODULE_UTILS)
-
-from llmb.nodeos import os_problems, os_untested  # noqa: E402
+from llmbctl.nodeos import os_problems, os_untested
 
 
 def llmb_node_os_problems(facts, host):

@@ -7,15 +7,8 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-_MODULE_UTILS = str(Path(__file__).resolve().parents[1] / "module_utils")
-if _MODULE_UTILS not in sys.path:
-    sys.path.insert(0, _MODULE_UTILS)
-
-from llmb import ports  # noqa: E402
-from llmb.plugin import reraise_each  # noqa: E402
+from llmb import ports
+from llmbctl.plugin import reraise_each
 
 try:
     from ansible.errors import AnsibleFilterError

@@ -7,15 +7,7 @@ llmb.quoting.QuotingError, naming the service and the field.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-_MODULE_UTILS = str(Path(__file__).resolve().parents[1] / "module_utils")
-if _MODULE_UTILS not in sys.path:
-    sys.path.insert(0, _MODULE_UTILS)
-
-from llmb.plugin import reraise  # noqa: E402
-from llmb.serve import (  # noqa: E402
+from llmb.serve import (
     environment_file,
     group_restart_unit,
     group_target,
@@ -25,6 +17,7 @@ from llmb.serve import (  # noqa: E402
     systemd_unit,
     unit_state,
 )
+from llmbctl.plugin import reraise
 
 try:
     from ansible.errors import AnsibleFilterError

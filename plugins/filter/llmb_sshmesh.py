@@ -21,17 +21,10 @@
 from __future__ import annotations
 
 import base64
-import sys
-from pathlib import Path
 
 from ansible.errors import AnsibleFilterError
-
-_MODULE_UTILS = str(Path(__file__).resolve().parents[1] / "module_utils")
-if _MODULE_UTILS not in sys.path:
-    sys.path.insert(0, _MODULE_UTILS)
-
-from llmb import sshmesh  # noqa: E402
-from llmb.plugin import reraise_each  # noqa: E402
+from llmb import sshmesh
+from llmbctl.plugin import reraise_each
 
 
 def llmb_ssh_authorized_line(pubkey, addresses, comment="", extra=None):

@@ -1,4 +1,4 @@
-"""Filters of the weights stage (controller side), over llmb.weights.plan.
+"""Filters of the weights stage (controller side), over llmbctl.weights.plan.
 
     plan: "{{ weights_strategy | llmb_weights_plan(ansible_play_hosts, complete_hosts, seed) }}"
     senders: "{{ plan | llmb_weights_senders }}"            # hosts that serve a copy to a peer
@@ -8,17 +8,9 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 from ansible.errors import AnsibleFilterError
-
-_MODULE_UTILS = str(Path(__file__).resolve().parents[1] / "module_utils")
-if _MODULE_UTILS not in sys.path:
-    sys.path.insert(0, _MODULE_UTILS)
-
-from llmb.catalog import CatalogError, select_config_patches  # noqa: E402
-from llmb.weights.plan import PlanError, fetch_plan, hub_fetchers, relay_servers, senders  # noqa: E402
+from llmbctl.catalog import CatalogError, select_config_patches
+from llmbctl.weights.plan import PlanError, fetch_plan, hub_fetchers, relay_servers, senders
 
 
 def llmb_weights_plan(strategy, hosts, complete=(), seed=None):
@@ -42,7 +34,7 @@ def llmb_weights_hub_fetchers(plan):
 
 def llmb_weights_patches(profile, engine, platform=None):
     """config.json patches of the model profile for this engine and platform: the choice the launch
-    planner makes too (llmb.catalog.select_config_patches)."""
+    planner makes too (llmbctl.catalog.select_config_patches)."""
     try:
         table = (profile or {}).get("config_patches")
         return [p.to_dict() for p in select_config_patches(table, engine, platform)]

@@ -1,17 +1,10 @@
-"""Filters for the verify role (thin shims over llmb.hw and llmb.verify)."""
+"""Filters for the verify role (thin shims over llmb.hw and llmbctl.verify)."""
 
 from __future__ import annotations
 
-import os
-import sys
-
-_MU = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "module_utils")
-if _MU not in sys.path:
-    sys.path.insert(0, _MU)
-
-from ansible.errors import AnsibleFilterError  # noqa: E402
-from llmb import verify as V  # noqa: E402
-from llmb.hw import ParseError, parse  # noqa: E402
+from ansible.errors import AnsibleFilterError
+from llmb.hw import ParseError, parse
+from llmbctl import verify as V
 
 
 def llmb_hw_parse(text, kind=None):

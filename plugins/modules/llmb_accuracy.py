@@ -11,7 +11,7 @@ description:
     each endpoint's C(/v1/chat/completions), on a local gsm8k-format JSONL (no hub). The API key goes
     to lm-eval in its environment, never in argv, and is masked in its log.
   - >-
-    Writes C(<artifacts_dir>/accuracy/<host>.json) (llmb.results) with the flexible-extract
+    Writes C(<artifacts_dir>/accuracy/<host>.json) (llmbctl.results) with the flexible-extract
     exact_match, the threshold and the recipe's reference (data/accuracy.yml), lm-eval's results under
     C(<host>.lm-eval/) and its log C(<host>.lm-eval.log); then fails when the score is below the
     threshold. On the full gsm8k test split the threshold is the reference less O(tolerance); on a

@@ -8,7 +8,7 @@ description:
   - >-
     Stage 0 (playbooks/_run.yml): creates O(artifacts_dir) (mode 0755) and writes O(document) to
     C(<artifacts_dir>/deployment.json) atomically, as C(scripts/launch-plan --deployment) prints it
-    (llmb.deployment.dumps); a file that already holds it is left alone. Runs in the controller's own
+    (llmbctl.deployment.dumps); a file that already holds it is left alone. Runs in the controller's own
     process, no module is sent anywhere. Controller-side results of the run: it writes in check mode too
     and never reports a change.
 version_added: "0.1.0"

@@ -7,7 +7,7 @@ short_description: Write this host's result of a stage to the run's artifacts di
 description:
   - >-
     Writes C(<artifacts_dir>/<stage>/<host>.json) on the controller, atomically: C({host, stage,
-    ok: true}) updated with O(data). The one writer of per-host results (llmb.results); the report
+    ok: true}) updated with O(data). The one writer of per-host results (llmbctl.results); the report
     stage reads them. Results are controller-side state, so it writes in check mode too and never
     reports a change.
 version_added: "0.1.0"

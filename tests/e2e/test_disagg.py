@@ -22,7 +22,6 @@ import re
 import shlex
 import shutil
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -31,9 +30,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "plugins" / "module_utils"))
 
-from llmb.pdhealth import group_report  # noqa: E402
+from llmbctl.pdhealth import group_report  # noqa: E402
 
 VERSION = "0.5.23"
 NODE_DIR = "/opt/llmb/pdsim"

@@ -49,7 +49,7 @@ DISTS = {"vllm": "vllm", "sglang": "sglang", "trtllm": "tensorrt_llm", "ray": "r
 
 
 def version_key(version: str) -> tuple:
-    """Release order, as llmb.catalog.version_key: 0.19.1 < 0.20.2rc1 < 0.20.2 < 0.23.0."""
+    """Release order, as llmbctl.catalog.version_key: 0.19.1 < 0.20.2rc1 < 0.20.2 < 0.23.0."""
     m = re.match(r"(\d+(?:\.\d+)*)(?:(a|b|rc)(\d+))?", str(version))
     if not m:
         return ((), 0, 0, str(version))

@@ -186,7 +186,7 @@ def test_units_load_verify_and_run_with_the_plan_argv_and_environment(node):
 def test_trtllm_container_sshd_command_takes_the_mesh_directory_verbatim(node):
     """The TensorRT-LLM container's sshd command (planner argv, constant script, directory as $1)
     run by the node's /bin/sh and sshd: a hostile directory is one path, nothing of it runs."""
-    from llmb.planner.engines.trtllm import sshd_argv
+    from llmbctl.planner.engines.trtllm import sshd_argv
 
     mesh = "/srv/my mesh; touch /tmp/pwned; #$(touch /tmp/pwned2)"
     _run("docker", "exec", node, "mkdir", "-p", mesh)

@@ -18,9 +18,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "plugins" / "module_utils"))
 
-from llmb.planner import plan_inventory  # noqa: E402
+from llmbctl.planner import plan_inventory  # noqa: E402
 
 BUDGET_S = 2.0
 

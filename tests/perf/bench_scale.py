@@ -54,7 +54,6 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "tests" / "perf"))
-sys.path.insert(0, str(ROOT / "plugins" / "module_utils"))
 from bench_verify import NO_FABRIC, probe_commands, run_ssh, run_verify, ssh_args  # noqa: E402
 from llmb.sshmesh import failures, mesh_pairs, rotate, ssh_argv  # noqa: E402
 from perf_common import ansible_env, cluster, inventory_hosts  # noqa: E402

@@ -33,7 +33,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
-sys.path.insert(0, str(ROOT / "plugins" / "module_utils"))
 from llmb.hw.probes import CUDA_PROBE, HOST_PROBES, VENDOR_PROBES  # noqa: E402
 from perf_common import ansible_env, cluster, inventory_hosts  # noqa: E402
 

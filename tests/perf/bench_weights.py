@@ -34,7 +34,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1].parent
-sys.path.insert(0, str(ROOT / "plugins" / "module_utils"))
 sys.path.insert(0, str(ROOT / "tests"))
 
 from llmb.weights import manifest as mf  # noqa: E402

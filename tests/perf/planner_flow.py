@@ -3,7 +3,7 @@
 
     .venv/bin/python tests/perf/planner_flow.py [inventory ...]   (default: h800)
 
-With sys.setprofile it follows the planner's code (llmb.planner.*) while it plans the inventory
+With sys.setprofile it follows the planner's code (llmbctl.planner.*) while it plans the inventory
 and prints, per inventory:
 - stages: the functions plan_inventory calls itself, in order, and how often it comes back to a
   module it had already left;
@@ -23,15 +23,14 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [
-    str(ROOT / "plugins" / "module_utils"),
     str(ROOT / "tests" / "unit" / "module_utils" / "planner"),
 ]
 sys.path.insert(1, str(ROOT / "tests"))
 
-from llmb.planner import plan_inventory  # noqa: E402
+from llmbctl.planner import plan_inventory  # noqa: E402
 from planner_helpers import load_inventory  # noqa: E402
 
-PKG = "llmb.planner."
+PKG = "llmbctl.planner."
 
 
 def _returns(seq: list[str]) -> tuple[int, collections.Counter]:

@@ -78,11 +78,9 @@ def test_choices_and_derived_defaults_are_shown():
 
 def test_samples_list_every_engine_and_every_shipped_release():
     """llmb.yml's `valid:` lines come from where the values are kept (scripts/inventory-knobs)."""
-    import sys
 
-    sys.path.insert(0, str(ROOT / "plugins" / "module_utils"))
-    from llmb.catalog import Catalog
-    from llmb.planner.inventory import engine_names
+    from llmbctl.catalog import Catalog
+    from llmbctl.planner.inventory import engine_names
 
     cat = Catalog(ROOT / "data")
     for inv in SAMPLES:
@@ -103,7 +101,7 @@ def test_a_new_engine_is_drift_in_the_samples_llmb_yml(tmp_path):
     from dataclasses import replace
     from types import SimpleNamespace
 
-    from llmb.planner import engines
+    from llmbctl.planner import engines
 
     inv = tmp_path / "inventories"
     shutil.copytree(ROOT / "inventories" / "h800", inv / "h800")

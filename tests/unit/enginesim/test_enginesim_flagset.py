@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from enginesim import flagset
 from enginesim_helpers import REPO  # noqa: I001
-from llmb.planner import plan_inventory
+from llmbctl.planner import plan_inventory
 
 
 @pytest.fixture(autouse=True)

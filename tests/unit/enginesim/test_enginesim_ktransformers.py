@@ -7,8 +7,8 @@ import sys
 
 import pytest
 from enginesim_helpers import PYTHON, REPO, Proc, free_port, make_model, run, sim_env, wait_port
-from llmb.planner import plan_inventory
 from llmb.smoke import run_smoke
+from llmbctl.planner import plan_inventory
 
 sys.path.insert(0, str(REPO / "tests" / "unit" / "module_utils" / "planner"))
 from planner_helpers import load_inventory  # noqa: E402

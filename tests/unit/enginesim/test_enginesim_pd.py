@@ -12,7 +12,7 @@ import pytest
 from enginesim.api import ApiConfig, ApiServer
 from enginesim.pd import Bootstrap, PdWorker
 from enginesim.runtime import Log
-from llmb.pdhealth import group_report
+from llmbctl.pdhealth import group_report
 
 
 def worker(mode: str, bootstrap=None) -> ApiServer:

@@ -389,6 +389,6 @@ def test_the_sim_inventory_plan_runs_on_the_double(tmp_path, model):
 
 
 def _newest(engine: str) -> str:
-    from llmb.catalog import Catalog
+    from llmbctl.catalog import Catalog
 
     return Catalog(REPO / "data").newest_version(engine)

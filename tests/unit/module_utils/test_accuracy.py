@@ -1,4 +1,4 @@
-"""llmb.accuracy: inputs named by their variable, the recipe's references, the gate, the lm-eval
+"""llmbctl.accuracy: inputs named by their variable, the recipe's references, the gate, the lm-eval
 command line, the key kept out of argv and logs; and one real lm-eval run against the engine double
 (our own generated gsm8k-format problems, no hub) whose score is the double's oracle."""
 
@@ -11,9 +11,9 @@ import pytest
 from enginesim import gsm8k
 from enginesim.api import ApiConfig, ApiServer
 from enginesim.runtime import Log
-from llmb import accuracy as A
 from llmb.report import write_report
-from llmb.results import record
+from llmbctl import accuracy as A
+from llmbctl.results import record
 
 KEY = "sk-accuracy-test-7f3c"
 

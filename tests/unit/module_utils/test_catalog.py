@@ -1,4 +1,4 @@
-"""llmb.catalog: the one loader of data/ (records, vendor vocabulary, errors, patches) and its consumers."""
+"""llmbctl.catalog: the one loader of data/ (records, vendor vocabulary, errors, patches) and its consumers."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from llmb import verify
-from llmb.catalog import (
+from llmbctl import verify
+from llmbctl.catalog import (
     VENDORS,
     Catalog,
     CatalogError,
@@ -22,10 +22,10 @@ from llmb.catalog import (
     PresetRecord,
     select_config_patches,
 )
-from llmb.planner.engines import ENGINES
-from llmb.planner.flags import FlagSet
-from llmb.planner.validation import model_patches
-from llmb.secrets import is_secret_name, masked_argv, secret_keys
+from llmbctl.engines.registry import FlagSet
+from llmbctl.planner.engines import ENGINES
+from llmbctl.planner.validation import model_patches
+from llmbctl.secrets import is_secret_name, masked_argv, secret_keys
 
 REPO = Path(__file__).resolve().parents[3]
 DATA = REPO / "data"
@@ -243,7 +243,7 @@ def planned_h200_trtllm():
     import sys
 
     sys.path.insert(0, str(REPO / "tests" / "unit" / "module_utils" / "planner"))
-    from llmb.planner import plan
+    from llmbctl.planner import plan
     from planner_helpers import load_inventory
 
     hv, groups = load_inventory("h200-trtllm")
@@ -266,7 +266,7 @@ def test_one_vendor_everywhere(name):
 def test_no_other_loader_or_vocabulary_in_code():
     """No file lookup of data/ in roles, no second vendor word, no second secret pattern."""
     offenders = []
-    for root in ("roles", "playbooks", "plugins"):
+    for root in ("roles", "playbooks", "plugins", "lib"):
         for path in (REPO / root).rglob("*"):
             if path.suffix not in (".yml", ".py") or not path.is_file():
                 continue
@@ -276,7 +276,7 @@ def test_no_other_loader_or_vocabulary_in_code():
                 offenders.append(f"{rel}: file lookup of data/")
             if re.search(r"""["']huawei["']""", text):
                 offenders.append(f"{rel}: vendor 'huawei'")
-            if "token|secret|password" in text and rel != Path("plugins/module_utils/llmb/secrets.py"):
+            if "token|secret|password" in text and rel != Path("lib/llmbctl/secrets.py"):
                 offenders.append(f"{rel}: secret-name pattern")
     assert offenders == []
 

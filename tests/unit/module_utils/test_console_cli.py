@@ -1,4 +1,4 @@
-"""llmb.console.cli without ansible-runner: usage errors (exit 2, naming the input), `llmb report`,
+"""llmbctl.console.cli without ansible-runner: usage errors (exit 2, naming the input), `llmb report`,
 and the progress table as rich renders it."""
 
 from __future__ import annotations
@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 
 import pytest
-from llmb.console import cli
-from llmb.console.progress import Progress, Weights
-from llmb.results import record
+from llmbctl.console import cli
+from llmbctl.console.progress import Progress, Weights
+from llmbctl.results import record
 
 
 def test_bad_inputs_exit_2_naming_them(tmp_path, capsys):

@@ -1,8 +1,8 @@
-"""llmb.console.progress: ansible-runner events -> per stage x host status, duration, weights."""
+"""llmbctl.console.progress: ansible-runner events -> per stage x host status, duration, weights."""
 
 from __future__ import annotations
 
-from llmb.console.progress import FAILED, OK, RUNNING, UNREACHABLE, Progress, stage_of
+from llmbctl.console.progress import FAILED, OK, RUNNING, UNREACHABLE, Progress, stage_of
 
 R = "/srv/llm-bringup"
 

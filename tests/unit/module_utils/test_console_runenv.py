@@ -7,7 +7,7 @@ from __future__ import annotations
 import hashlib
 import shutil
 
-from llmb.console import cli, runenv
+from llmbctl.console import cli, runenv
 
 PLANTED = {
     "HF_TOKEN": "hf_plantedTokenValue0001",

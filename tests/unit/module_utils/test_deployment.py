@@ -1,4 +1,4 @@
-"""The deployment resolver (llmb.deployment) on the sample inventories, and the results writer."""
+"""The deployment resolver (llmbctl.deployment) on the sample inventories, and the results writer."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from llmb import deployment as D
-from llmb import results as R
+from llmbctl import deployment as D
+from llmbctl import results as R
 
 REPO = Path(__file__).resolve().parents[3]
 SCRIPT = REPO / "scripts" / "launch-plan"

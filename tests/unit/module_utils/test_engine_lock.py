@@ -17,9 +17,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from llmb import deployment as D
-from llmb import pins as P
-from llmb.catalog import Catalog
+from llmbctl import deployment as D
+from llmbctl import pins as P
+from llmbctl.catalog import Catalog
 
 REPO = Path(__file__).resolve().parents[3]
 COMMIT = "0123456789abcdef0123456789abcdef01234567"

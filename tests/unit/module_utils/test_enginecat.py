@@ -1,4 +1,4 @@
-"""The engine catalog: generated sets (llmb.enginecat), the hand-kept overlays, several releases per
+"""The engine catalog: generated sets (llmbctl.enginecat), the hand-kept overlays, several releases per
 engine, renames and release-named refusals, requirements (CUDA major -> driver)."""
 
 from __future__ import annotations
@@ -12,10 +12,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from llmb import enginecat as E
-from llmb.catalog import Catalog, CatalogError, version_key
-from llmb.enginecat.requirements import CUDA_MIN_DRIVER, driver_problem, elf_needed
-from llmb.planner.flags import EngineArgs, option_strings
+from llmbctl import enginecat as E
+from llmbctl.catalog import Catalog, CatalogError, version_key
+from llmbctl.enginecat.requirements import CUDA_MIN_DRIVER, driver_problem, elf_needed
+from llmbctl.engines.registry import option_strings
+from llmbctl.planner.flags import EngineArgs
 
 REPO = Path(__file__).resolve().parents[3]
 DATA = REPO / "data"
@@ -24,7 +25,7 @@ CAT = Catalog(DATA)
 
 def _extract_cli():
     spec = importlib.util.spec_from_file_location(
-        "extract_cli", REPO / "plugins" / "module_utils" / "llmb" / "enginecat" / "extract_cli.py"
+        "extract_cli", REPO / "lib" / "llmbctl" / "enginecat" / "extract_cli.py"
     )
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
@@ -194,7 +195,7 @@ def test_diff_sets_lists_removed_and_added():
 
 
 def test_split_command_finds_the_engine_in_wrappers():
-    from llmb.enginecat.check import split_command
+    from llmbctl.enginecat.check import split_command
 
     assert split_command(["/v/bin/vllm", "serve", "/m", "--port", "1"], ["vllm", "serve"]) == ["/m", "--port", "1"]
     assert split_command(["docker", "exec", "c", "python3", "-m", "sglang.launch_server", "--tp-size", "8"],
@@ -369,7 +370,7 @@ def test_shipped_requirements_name_a_cuda_major_and_its_driver():
 def test_h800_recipe_disable_log_requests_planned_for_every_shipped_vllm():
     """The h800 recipe (seed 002) passes --disable-log-requests: every shipped vLLM release plans
     it as --no-enable-log-requests (and the real parsers accepted those plans: docs/engines.md)."""
-    from llmb.enginecat.check import planned_cases
+    from llmbctl.enginecat.check import planned_cases
 
     cases, summary = planned_cases(REPO, [REPO / "inventories" / "h800"])
     (inv,) = summary
@@ -398,7 +399,7 @@ def test_real_flag_removed_between_shipped_releases_names_the_release():
 def test_the_engine_double_orders_releases_as_the_catalog_does():
     """tests/enginesim runs on nodes with the stdlib only, so it keeps its own version_key: same order."""
     from enginesim.flagset import version_key as double_key
-    from llmb.catalog import version_key
+    from llmbctl.catalog import version_key
 
     versions = ["0.9", "0.19.1", "0.20.2rc1", "0.20.2", "0.23.0", "0.5.23", "1.0.0a1", "1.0.0b2", "2.51.1", "x"]
     assert sorted(versions, key=version_key) == sorted(versions, key=double_key)
@@ -523,7 +524,7 @@ def test_vllm_glibc_is_read_from_its_extensions_symbol_versions():
 
 
 def test_elf_glibc_reads_the_newest_glibc_symbol_version_of_a_real_binary():
-    from llmb.enginecat.requirements import elf_glibc
+    from llmbctl.enginecat.requirements import elf_glibc
 
     assert elf_glibc(Path(sys.executable).resolve()) is not None
     assert elf_glibc(Path(__file__)) is None  # not an ELF file
@@ -556,7 +557,7 @@ def _fake_dist(site: Path, name: str, version: str, meta: str, tag: str) -> None
 
 
 def test_plugin_requirements_read_from_its_metadata(tmp_path):
-    from llmb.enginecat.requirements import read_plugin_requirements
+    from llmbctl.enginecat.requirements import read_plugin_requirements
 
     site = tmp_path / "lib" / "python3.11" / "site-packages"
     _fake_dist(site, "vllm_ascend", "9.9.9", "Metadata-Version: 2.4\nName: vllm_ascend\nRequires-Python: >=3.10\n"

@@ -10,9 +10,9 @@ import time
 from pathlib import Path
 
 import pytest
-from llmb import deployment as D
 from llmb import grouptool as G
 from llmb.serve import group_restart_unit, group_target, group_view, systemd_unit
+from llmbctl import deployment as D
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "planner"))
 from planner_helpers import load_inventory  # noqa: E402

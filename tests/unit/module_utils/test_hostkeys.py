@@ -1,4 +1,4 @@
-"""llmb.hostkeys: fingerprints as ssh-keygen prints them, known_hosts matching (plain, hashed,
+"""llmbctl.hostkeys: fingerprints as ssh-keygen prints them, known_hosts matching (plain, hashed,
 ports), the decision, and re-pinning exactly one host's key."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import subprocess
 
 import pytest
-from llmb.hostkeys import (
+from llmbctl.hostkeys import (
     HostKey,
     HostKeyError,
     check_fingerprint,
@@ -125,7 +125,7 @@ def test_guidance_shows_the_fingerprint_and_the_one_fix(tmp_path):
 
 
 def test_check_host_stops_then_pins_exactly_the_accepted_key(tmp_path, monkeypatch):
-    import llmb.hostkeys as hk
+    import llmbctl.hostkeys as hk
 
     old, _ = _key(tmp_path, "old")
     new, fp = _key(tmp_path, "new")
@@ -150,7 +150,7 @@ def test_check_host_stops_then_pins_exactly_the_accepted_key(tmp_path, monkeypat
 
 
 def test_check_host_unreachable_says_so(tmp_path, monkeypatch):
-    import llmb.hostkeys as hk
+    import llmbctl.hostkeys as hk
 
     monkeypatch.setattr(hk, "scan", lambda *a: ([], "connect to 10.0.0.2 port 22: No route to host"))
     out = hk.check_host("node2", "10.0.0.2", 22, f"-o UserKnownHostsFile={tmp_path}/kh", None, "inv")

@@ -1,9 +1,9 @@
-"""llmb.images: references as docker reads them, pull references through mirrors, pull diagnostics."""
+"""llmbctl.images: references as docker reads them, pull references through mirrors, pull diagnostics."""
 
 from __future__ import annotations
 
 import pytest
-from llmb import images
+from llmbctl import images
 
 D = "sha256:" + "ab" * 32
 

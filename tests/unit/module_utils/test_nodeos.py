@@ -1,9 +1,9 @@
-"""Preflight's node OS checks (llmb.nodeos): the facts the toolkit relies on, each deviation naming
+"""Preflight's node OS checks (llmbctl.nodeos): the facts the toolkit relies on, each deviation naming
 host, check, expected and found."""
 
 from __future__ import annotations
 
-from llmb.nodeos import TESTED_TEXT, os_problems, os_untested
+from llmbctl.nodeos import TESTED_TEXT, os_problems, os_untested
 
 GOOD = {
     "system": "Linux", "service_mgr": "systemd", "distribution": "Debian", "distribution_major_version": "12",

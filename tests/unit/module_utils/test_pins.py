@@ -14,7 +14,7 @@ import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-from llmb import pins
+from llmbctl import pins
 
 REPO_ID = "llmb-test/kimi-k2-sim"
 TOKEN = "hf_not_a_secret_test_only_0123456789"

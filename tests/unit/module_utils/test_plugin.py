@@ -1,9 +1,9 @@
-"""llmb.plugin: what the action and filter plugins share (argument handling, error translation)."""
+"""llmbctl.plugin: what the action and filter plugins share (argument handling, error translation)."""
 
 from __future__ import annotations
 
 import pytest
-from llmb.plugin import ControllerAction, reraise, reraise_each
+from llmbctl.plugin import ControllerAction, reraise, reraise_each
 
 
 class PluginError(Exception):

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from llmb.report import API_STAGES, PIPELINE_STAGES, collect, render_html, write_report
-from llmb.results import record, timing
+from llmbctl.results import record, timing
 
 ROOT = Path(__file__).resolve().parents[3]
 REAL = ROOT / "docs/examples/verify-real-h200-x2"

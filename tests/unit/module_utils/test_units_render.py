@@ -13,9 +13,9 @@ import string
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from llmb.planner.engines import trtllm
 from llmb.quoting import SAFE_BARE, QuotingError, bad_char, env_assignment, systemd_exec
 from llmb.serve import environment_file, systemd_unit
+from llmbctl.planner.engines import trtllm
 from units_samples import (
     ANSIBLE_MANAGED,
     HOSTILE_ARGS,

@@ -1,4 +1,4 @@
-"""llmb.verify: profiles, version comparison, and facts -> checks on real captures and synthetic faults."""
+"""llmbctl.verify: profiles, version comparison, and facts -> checks on real captures and synthetic faults."""
 
 import copy
 import sys
@@ -9,8 +9,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent / "hw"))
 
 import hwsynth  # noqa: E402
-from llmb.hw.facts import build_facts, read_bundle  # noqa: E402
-from llmb.verify import (  # noqa: E402
+from llmbctl.hw.facts import build_facts, read_bundle  # noqa: E402
+from llmbctl.verify import (  # noqa: E402
     load_profile,
     profile_names,
     report_lines,

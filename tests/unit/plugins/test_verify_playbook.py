@@ -14,7 +14,6 @@ import pytest
 ROOT = Path(__file__).resolve().parents[3]
 REAL = (ROOT / ".." / "shared" / "fixtures" / "real" / "h200x2").resolve()
 BIN = Path(sys.executable).parent
-sys.path.insert(0, str(ROOT / "plugins" / "module_utils"))
 
 from llmb.hw import split_capture  # noqa: E402
 from llmb.hw.probes import QUERY_FIELDS  # noqa: E402

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from llmb.hw import KINDS, ParseError, parse, split_capture
-from llmb.hw.check import ParseResult, decode_capture, parse_checked
+from llmbctl.hw.check import ParseResult, decode_capture, parse_checked
 
 ROOT = Path(__file__).resolve().parents[3]
 FIXTURES = (ROOT / ".." / "shared" / "fixtures").resolve()

@@ -10,9 +10,9 @@ import threading
 from contextlib import closing
 
 import pytest
-from llmb import verify as V
-from llmb.hw.facts import build_facts
 from llmb.hw.probes import VENDOR_PROBES
+from llmbctl import verify as V
+from llmbctl.hw.facts import build_facts
 from sim.accelsim import faults, main, profiles
 from sim.accelsim.main import Node
 

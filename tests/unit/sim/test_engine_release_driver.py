@@ -7,10 +7,10 @@ import json
 import shutil
 from pathlib import Path
 
-from llmb import verify as V
-from llmb.catalog import Catalog
-from llmb.enginecat import render
-from llmb.hw.facts import build_facts
+from llmbctl import verify as V
+from llmbctl.catalog import Catalog
+from llmbctl.enginecat import render
+from llmbctl.hw.facts import build_facts
 
 REPO = Path(__file__).resolve().parents[3]
 

@@ -5,7 +5,7 @@
     facts = parse(text, kind="numactl")
 
 Every parser returns a dict with a "kind" key, or raises ParseError naming what is wrong.
-llmb.hw.check.parse_checked(text, kind) never raises on its input: it returns the facts together with
+llmbctl.hw.check.parse_checked(text, kind) never raises on its input: it returns the facts together with
 findings (severity, capture line, text, message): truncation, header counts, a wrong kind, a BOM,
 terminal residue (see docs/verify.md).
 """

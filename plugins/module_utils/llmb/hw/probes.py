@@ -2,7 +2,7 @@
 
 `run_probes()` detects the vendor by which tools exist, runs every probe for it plus the host
 probes (in parallel threads, each with a timeout) and returns the raw outputs and exit status.
-It never changes anything on the node. The controller parses the outputs (llmb.hw.facts), so the
+It never changes anything on the node. The controller parses the outputs (llmbctl.hw.facts), so the
 same parsers serve the playbook, scripts/hwfacts and a collected bundle.
 """
 

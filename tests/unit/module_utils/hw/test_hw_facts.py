@@ -10,8 +10,8 @@ import hwsynth
 import pytest
 from conftest import FIXTURES, ROOT
 from llmb.hw import split_capture
-from llmb.hw.facts import build_facts, norm_bus, read_bundle
 from llmb.hw.probes import bundle_text, hccn_devices, run_probes, write_bundle
+from llmbctl.hw.facts import build_facts, norm_bus, read_bundle
 
 HWFACTS = ROOT / "scripts" / "hwfacts"
 

@@ -1,4 +1,4 @@
-"""scripts/hwfacts exit statuses and the findings of llmb.hw.check on the damage found in the field
+"""scripts/hwfacts exit statuses and the findings of llmbctl.hw.check on the damage found in the field
 (issue 12): half an `nvidia-smi -q`, a cut npu-smi, a UTF-8 BOM, the wrong --kind, terminal residue,
 cells fused by a lost tab. Each damaged capture is made from a real one; status 2 and the line named."""
 
@@ -11,9 +11,9 @@ import sys
 import pytest
 from conftest import FIXTURES, ROOT, fixture_text
 from llmb.hw import parse
-from llmb.hw.check import decode_capture, parse_checked
-from llmb.hw.facts import build_facts
-from llmb.verify import load_profile, verify
+from llmbctl.hw.check import decode_capture, parse_checked
+from llmbctl.hw.facts import build_facts
+from llmbctl.verify import load_profile, verify
 
 HWFACTS = ROOT / "scripts" / "hwfacts"
 

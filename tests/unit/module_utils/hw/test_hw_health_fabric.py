@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 from llmb.hw import ParseError, parse
-from llmb.hw.check import parse_checked
 from llmb.hw.fabric import parse_ib_write_bw, parse_nccl_debug
 from llmb.hw.health import parse_kernel_log, parse_nvidia_params, parse_pci_acs
 from llmb.hw.probes import acs_from_config
+from llmbctl.hw.check import parse_checked
 
 H100 = Path(__file__).resolve().parents[4] / "docs" / "examples" / "health-real-h100"
 
@@ -199,8 +199,8 @@ LOCAL = H100 / "verify-local"
 def test_real_h100_verify_local_run_passes_health_and_refuses_deepep():
     import json
 
-    from llmb import verify as V
-    from llmb.hw.facts import build_facts, read_bundle
+    from llmbctl import verify as V
+    from llmbctl.hw.facts import build_facts, read_bundle
 
     facts = build_facts(read_bundle(str(LOCAL / "bundle")), "nvidia")
     assert facts["health"]["modules"] == ["nvidia_uvm", "nvidia"]
@@ -239,7 +239,7 @@ def test_acs_listing_takes_the_bridges_above_gpus_and_nics_only(tmp_path):
     listing = acs_listing(str(bus))
     assert listing == ("0000:00:01.0 class=0x060400 acs=cap=0x0000,ctrl=0x000c\n"
                        "0000:01:00.0 class=0x030200 acs=none\n")
-    from llmb import verify as V
+    from llmbctl import verify as V
 
     facts = {"devices": [], "health": {"acs": parse_pci_acs(listing)["devices"]}}
     bad = [c for c in V.health_checks(facts, V.load_profile("h800-hgx8")) if not c["ok"]]
@@ -247,7 +247,7 @@ def test_acs_listing_takes_the_bridges_above_gpus_and_nics_only(tmp_path):
 
 
 def test_peermem_judged_only_on_the_gpus_kernel():
-    from llmb import verify as V
+    from llmbctl import verify as V
 
     profile = V.load_profile("h800-hgx8")
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from llmb.catalog import Catalog
-from llmb.planner import plan_inventory
+from llmbctl.catalog import Catalog
+from llmbctl.planner import plan_inventory
 from planner_helpers import REPO, load_inventory
 
 

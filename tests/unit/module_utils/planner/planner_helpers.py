@@ -9,8 +9,8 @@ import shlex
 from pathlib import Path
 
 from enginesim.flagset import take_values
-from llmb.catalog import Catalog
-from llmb.planner.flags import FlagSet, load_flagset
+from llmbctl.catalog import Catalog
+from llmbctl.engines.registry import FlagSet, load_flagset
 
 REPO = Path(__file__).resolve().parents[4]
 INVENTORIES = REPO / "inventories"

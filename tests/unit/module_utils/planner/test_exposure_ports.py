@@ -10,9 +10,10 @@ import socket
 from pathlib import Path
 
 import pytest
-from llmb import deployment as D
-from llmb import layout, ports
-from llmb.planner import PlanError, plan_inventory
+from llmb import ports
+from llmbctl import deployment as D
+from llmbctl import layout
+from llmbctl.planner import PlanError, plan_inventory
 from planner_helpers import load_inventory
 from test_planner_data import SAMPLES
 

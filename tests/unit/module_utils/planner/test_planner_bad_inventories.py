@@ -14,8 +14,8 @@ import sys
 
 import pytest
 import yaml
-from llmb.planner import PlanError, check, plan_inventory
-from llmb.planner.inventory import Vaulted
+from llmbctl.planner import PlanError, check, plan_inventory
+from llmbctl.planner.inventory import Vaulted
 from planner_helpers import REPO, load_inventory
 
 

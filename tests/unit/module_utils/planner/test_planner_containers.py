@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from llmb.planner import containers
+from llmbctl.planner import containers
 from planner_helpers import service
 from units_samples import HOSTILE_ARGS
 

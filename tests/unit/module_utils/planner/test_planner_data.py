@@ -6,8 +6,8 @@ import re
 
 import pytest
 import yaml
-from llmb.catalog import Catalog
-from llmb.planner.inventory import KNOBS
+from llmbctl.catalog import Catalog
+from llmbctl.planner.inventory import KNOBS
 from planner_helpers import INVENTORIES, REPO
 
 DATA = Catalog(REPO / "data")
@@ -75,7 +75,7 @@ def test_planner_platforms_are_the_verify_profiles():
 
 
 def test_unknown_platform_is_a_problem_listing_the_profiles(planned):
-    from llmb.planner import PlanError
+    from llmbctl.planner import PlanError
 
     with pytest.raises(PlanError) as err:
         planned("h800", llmb_platform="h900-hgx8")
@@ -86,7 +86,7 @@ def test_unknown_platform_is_a_problem_listing_the_profiles(planned):
 def test_malformed_platform_is_a_problem_naming_file_and_field(tmp_path, inventory):
     import shutil
 
-    from llmb.planner import PlanError, plan_inventory
+    from llmbctl.planner import PlanError, plan_inventory
 
     shutil.copytree(REPO / "data", tmp_path / "data")
     path = tmp_path / "data" / "platforms" / "h800-hgx8.yml"

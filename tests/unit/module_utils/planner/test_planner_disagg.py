@@ -13,10 +13,10 @@ from types import SimpleNamespace
 
 import pytest
 import yaml
-from llmb.catalog import Catalog
-from llmb.planner import plan_inventory
-from llmb.planner.engines import sglang
-from llmb.planner.model import PlanError
+from llmbctl.catalog import Catalog
+from llmbctl.planner import plan_inventory
+from llmbctl.planner.engines import sglang
+from llmbctl.planner.model import PlanError
 from planner_helpers import REPO, canonical_pairs, flagset_of, load_inventory, recipe_tokens, service
 
 SCRIPT = REPO / "scripts" / "launch-plan"
@@ -169,7 +169,7 @@ def test_1p1d_sample(planned):
 def test_packages_each_host_runs_come_from_the_catalog():
     """The router's package on the router host, the transfer library of the backend on every group
     node (the release's default backend, or the inventory's); none in a container (the image has them)."""
-    from llmb import deployment as D
+    from llmbctl import deployment as D
 
     data = Catalog(REPO / "data")
     router_pkg = sglang.router_rule(SimpleNamespace(data=data, engine="sglang", version="0.5.23"))["package"]

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 import toy_engine
-from llmb.planner import PlanError, engines, plan_inventory
-from llmb.planner.capabilities import MODES, EngineCaps
+from llmbctl.engines.capabilities import MODES, EngineCaps
+from llmbctl.planner import PlanError, engines, plan_inventory
 from planner_helpers import REPO, load_inventory
 
-PLANNER = REPO / "plugins" / "module_utils" / "llmb" / "planner"
+PLANNER = REPO / "lib" / "llmbctl" / "planner"
 
 TOY_FLAGSET = {
     "engine": "toyserve",

@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 
 import pytest
-from llmb.catalog import Catalog, load_commented_json
-from llmb.planner.flags import EngineArgs, load_flagset
+from llmbctl.catalog import Catalog, load_commented_json
+from llmbctl.engines.registry import load_flagset
+from llmbctl.planner.flags import EngineArgs
 from planner_helpers import REPO
 
 DATA = Catalog(REPO / "data")

@@ -14,8 +14,8 @@ import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from llmb.planner import PlanError, plan_inventory
-from llmb.planner.inventory import KNOB_BY_NAME, KNOBS, STAGE_PREFIXES, known_variables, stage_knobs
+from llmbctl.planner import PlanError, plan_inventory
+from llmbctl.planner.inventory import KNOB_BY_NAME, KNOBS, STAGE_PREFIXES, known_variables, stage_knobs
 from planner_helpers import REPO, _load_script, load_inventory
 
 SCRIPT = REPO / "scripts" / "launch-plan"
@@ -327,7 +327,7 @@ def test_every_llmb_variable_the_toolkit_uses_is_known():
 
 def test_facts_the_toolkit_caches_are_not_unknown_variables():
     """The verify stage's llmb_accel fact comes back from the fact cache in hostvars on the next run."""
-    from llmb.planner import plan_inventory
+    from llmbctl.planner import plan_inventory
 
     hv, groups = load_inventory("sim")
     for host in hv.values():
@@ -342,8 +342,8 @@ def test_facts_the_toolkit_caches_are_not_unknown_variables():
 ])
 def test_a_role_variable_given_as_extra_var_text_is_taken_as_its_role_takes_it(name, text, value):
     """`-e serve_health_timeout_s=20` gives the string '20'; the role's argument_spec converts it."""
-    from llmb.planner import plan_inventory
-    from llmb.planner.inventory import check_value, known_variables
+    from llmbctl.planner import plan_inventory
+    from llmbctl.planner.inventory import check_value, known_variables
 
     knob = known_variables()[name]
     assert check_value(knob, text) == []

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-from llmb.hw.facts import build_facts
 from llmb.hw.host import parse_lscpu
-from llmb.planner import plan_inventory
-from llmb.planner.model import PlanError
+from llmbctl.hw.facts import build_facts
+from llmbctl.planner import plan_inventory
+from llmbctl.planner.model import PlanError
 from planner_helpers import REPO, canonical_pairs, flagset_of, load_inventory, recipe_tokens, service
 
 SCRIPT = REPO / "scripts" / "launch-plan"

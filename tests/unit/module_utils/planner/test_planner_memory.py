@@ -7,9 +7,9 @@ import subprocess
 import sys
 
 import pytest
-from llmb.planner import memory, plan_inventory
-from llmb.planner.engines import ENGINES
-from llmb.planner.model import PlanError
+from llmbctl.planner import memory, plan_inventory
+from llmbctl.planner.engines import ENGINES
+from llmbctl.planner.model import PlanError
 from planner_helpers import REPO, load_inventory
 
 DATA = str(REPO / "data")
@@ -152,7 +152,7 @@ BASE = {
 
 
 def _model():
-    from llmb.catalog import Catalog
+    from llmbctl.catalog import Catalog
 
     return Catalog(DATA).model("kimi-k2-thinking").raw
 
@@ -244,7 +244,7 @@ def test_the_pinned_releases_default_memory_fraction_is_used():
     docs/examples/serve-real-h100/engine.log): the prediction takes the flag set's default."""
     from types import SimpleNamespace
 
-    from llmb.catalog import Catalog
+    from llmbctl.catalog import Catalog
 
     platform = Catalog(DATA).platform("h100-x1")
     ctx = SimpleNamespace(model_name="kimi-k2-tiny", model=Catalog(DATA).model("kimi-k2-tiny").raw, engine="vllm",

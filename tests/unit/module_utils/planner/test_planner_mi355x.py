@@ -17,8 +17,8 @@ from test_planner_golden import (
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "hw"))
 
 import hwsynth  # noqa: E402
-from llmb.hw.facts import build_facts  # noqa: E402
-from llmb.verify import load_profile, summarize, verify  # noqa: E402
+from llmbctl.hw.facts import build_facts  # noqa: E402
+from llmbctl.verify import load_profile, summarize, verify  # noqa: E402
 
 
 def test_mi355x_plan_is_seed_003s_amd_command(planned, data):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from llmb.planner import PlanError, plan_inventory
+from llmbctl.planner import PlanError, plan_inventory
 from planner_helpers import REPO, load_inventory
 
 
@@ -44,7 +44,7 @@ def test_a_rail_name_with_a_shell_character_is_refused_naming_the_variable():
 
 def test_the_file_verify_records_is_read_back_as_the_knobs_the_planner_takes():
     import yaml
-    from llmb import verify as V
+    from llmbctl import verify as V
 
     text = V.rails_yaml("gpu-h800-01", {"llmb_rdma_rails": ["mlx5_0", "mlx5_2"], "llmb_rdma_gid_index": 3})
     values = yaml.safe_load(text)

@@ -5,11 +5,11 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from llmb.catalog import Catalog
-from llmb.planner import engines, topology
-from llmb.planner.context import resolve
-from llmb.planner.inventory import read_deployment
-from llmb.planner.validation import check_topology
+from llmbctl.catalog import Catalog
+from llmbctl.planner import engines, topology
+from llmbctl.planner.context import resolve
+from llmbctl.planner.inventory import read_deployment
+from llmbctl.planner.validation import check_topology
 from planner_helpers import REPO, load_inventory
 
 

@@ -6,10 +6,10 @@ planner's core and checks know nothing else about it.
 
 from __future__ import annotations
 
-from llmb.planner import topology as shared
-from llmb.planner.capabilities import EngineCaps
-from llmb.planner.engines import common
-from llmb.planner.model import Service
+from llmbctl.engines.capabilities import EngineCaps
+from llmbctl.planner import topology as shared
+from llmbctl.planner.engines import common
+from llmbctl.planner.model import Service
 
 CAPS = EngineCaps(
     name="toyserve",

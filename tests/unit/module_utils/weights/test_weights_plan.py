@@ -1,11 +1,11 @@
-"""llmb.weights.plan: who fetches from where, per strategy; relay doubles the holders per round."""
+"""llmbctl.weights.plan: who fetches from where, per strategy; relay doubles the holders per round."""
 
 from __future__ import annotations
 
 import math
 
 import pytest
-from llmb.weights.plan import PlanError, fetch_plan, hub_fetchers, relay_servers, rounds, senders
+from llmbctl.weights.plan import PlanError, fetch_plan, hub_fetchers, relay_servers, rounds, senders
 
 H = [f"n{i}" for i in range(1, 17)]
 

@@ -1,0 +1,280 @@
+"""Prefill/decode disaggregation: two engine clusters (prefill, decode) and the router in front of them.
+
+Seed 004's 4P12D: SGLang prefill on 4 H200 nodes (--disaggregation-mode prefill, TP 32 / DP 32 with
+DP attention, --nnodes 4), decode on 12 (TP 96 / DP 96, --nnodes 12), each group with its own
+--dist-init-addr <group node 0>:5757 and --node-rank, --disaggregation-ib-device for the KV transfer
+over RDMA, fronted by one load balancer. The inventory says it with ``llmb_disaggregation``:
+
+    llmb_disaggregation:
+      prefill: {group: prefill_nodes, tensor_parallel: 32, data_parallel: 32, memory_fraction: 0.85,
+                engine_args: {...}, engine_env: {...}}
+      decode:  {group: decode_nodes, tensor_parallel: 96, data_parallel: 96, context_length: 2176, ...}
+      router:  {host: <a host of accel_nodes>, port: 8000}
+      bootstrap_port: 8998
+      ib_device: mlx5_0          # per node: llmb_ib_device; else the verify stage's RDMA facts
+
+Every group is planned by the engine module as a cluster of its own (a copy of the deployment with the
+group's nodes and the group's values), so the checks of a plain plan (parallelism against the devices,
+EP size, addresses, memory fit) hold per group; then the IB device of every node, one group per host,
+and the ports of the merged plan. The engine module decides the flags and the router (its
+``pd_group_values`` and ``pd_router``): this module decides the shape and the split only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from . import memory
+from .exposure import confine_listeners
+from .inventory import DISAGG_ROLES as ROLES
+from .inventory import DISAGG_VAR as VAR
+from .inventory import GROUP, Deployment, Node
+from .model import HostPlan, PlanError, Planned, Problem
+from .topology import EVEN_SPLIT, Topology
+from .validation import check_image, check_model, check_ports, check_resolved
+
+
+# ------------------------------------------------------------------------------------------ planning
+@dataclasses.dataclass
+class Group:
+    role: str  # prefill | decode
+    name: str  # the inventory group
+    cfg: dict[str, Any]
+    ctx: Any  # the group's Context (its nodes, its values)
+    topo: Topology | None = None
+    args: Any = None  # EngineArgs
+    plans: list[HostPlan] = dataclasses.field(default_factory=list)
+
+    @property
+    def head(self) -> Node:
+        return self.ctx.dep.nodes[0]
+
+
+def _group_nodes(ctx: Any, role: str, cfg: dict[str, Any], problems: list[Problem]) -> tuple[str, list[Node]]:
+    gname = str(cfg.get("group") or f"{role}_nodes")
+    members = ctx.dep.groups.get(gname)
+    by_name = {n.name: n for n in ctx.dep.nodes}
+    if not members:
+        problems.append(
+            Problem(
+                check="disaggregation",
+                message=f"the {role} group {gname!r} has no hosts",
+                found=f"{VAR}.{role}.group: {gname}; groups with hosts: "
+                + ", ".join(sorted(g for g, h in ctx.dep.groups.items() if h and g not in ("all", GROUP)))[:200],
+                expected=f"a child group of {GROUP} listing the {role} nodes",
+                fix=f"add 'children: {gname}: hosts: ...' under {GROUP} in hosts.yml, or set {VAR}.{role}.group",
+            )
+        )
+        return gname, []
+    outside = [h for h in members if h not in by_name]
+    if outside:
+        problems.append(
+            Problem(
+                check="disaggregation",
+                message=f"hosts of the {role} group {gname!r} are not in {GROUP}",
+                found=outside[:8],
+                fix=f"make {gname} a child group of {GROUP}",
+            )
+        )
+    nodes = [by_name[h] for h in members if h in by_name]
+    head_name = ctx.dep.head.name
+    if head_name in members and ctx.v.get("llmb_head"):
+        nodes.sort(key=lambda n: n.name != head_name)  # llmb_head leads its own group
+    return gname, [Node(n.name, n.address, i) for i, n in enumerate(nodes)]
+
+
+def _group_ctx(ctx: Any, role: str, nodes: list[Node], cfg: dict[str, Any]) -> Any:
+    """A copy of the context whose deployment is the group: its nodes, and its values over the shared ones."""
+    v = dict(ctx.v)
+    dev = ctx.platform.device_count
+    v["llmb_tensor_parallel"] = cfg.get("tensor_parallel") or len(nodes) * dev
+    v["llmb_data_parallel"] = cfg.get("data_parallel") or 1
+    v["llmb_pipeline_parallel"] = 1
+    if cfg.get("expert_parallel_size") is not None:
+        v["llmb_expert_parallel_size"] = cfg["expert_parallel_size"]
+    v["llmb_engine_env"] = {**(ctx.v.get("llmb_engine_env") or {}), **(cfg.get("engine_env") or {})}
+    dep = Deployment(nodes=nodes, vars=v, groups=ctx.dep.groups, node_facts=ctx.dep.node_facts)
+    return dataclasses.replace(ctx, dep=dep, notes=ctx.notes)
+
+
+def _topology(g: Group, caps: Any, dp_attention: bool) -> tuple[Topology, list[Problem]]:
+    """The group's ranks: TP devices with DP attention (DP splits the attention inside TP), else TP x DP."""
+    ctx, v = g.ctx, g.ctx.v
+    n, dev = len(g.ctx.dep.nodes), ctx.platform.device_count
+    tp, dp = v["llmb_tensor_parallel"], v["llmb_data_parallel"]
+    world = tp if dp_attention else tp * dp
+    per_node = world // n if world % n == 0 else -(-world // n)
+    topo = Topology("sglang", n, dev, world, per_node, tp, 1, dp, 1, 1, EVEN_SPLIT, caps)
+    problems: list[Problem] = []
+    where = f"{VAR}.{g.role}"
+    how = f"TP {tp} (DP {dp} is DP attention inside it)" if dp_attention else f"TP x DP = {tp} x {dp}"
+    if world % n != 0 or per_node > dev:
+        problems.append(
+            Problem(
+                check="parallelism",
+                message=f"the {g.role} group {g.name!r}: {how} = {world} devices do not fill its {n} node(s) of "
+                f"{dev} {ctx.platform.device_model} evenly",
+                found=f"{where}.tensor_parallel: {tp}, {where}.data_parallel: {dp}, {n} hosts in {g.name}",
+                expected=f"{world} devices = {n} nodes x up to {dev} (e.g. TP {n * dev})",
+                fix=f"set {where}.tensor_parallel to {n * dev}" + (" and data_parallel to a divisor of it"
+                                                                   if dp_attention else "")
+                + f", or give {g.name} {-(-world // dev)} node(s)",
+            )
+        )
+    if dp_attention and tp % dp != 0:
+        problems.append(
+            Problem(
+                check="parallelism",
+                message=f"the {g.role} group {g.name!r}: DP {dp} does not divide TP {tp}; with --enable-dp-attention "
+                "every DP rank holds TP / DP devices",
+                found=f"{where}.tensor_parallel: {tp}, {where}.data_parallel: {dp}",
+                expected=f"DP one of {[d for d in range(1, tp + 1) if tp % d == 0][:12]}",
+                fix=f"set {where}.data_parallel to a divisor of {tp}",
+            )
+        )
+    return topo, problems
+
+
+def _ib_device(ctx: Any, g: Group, node: Node, problems: list[Problem]) -> str | None:
+    """The node's RDMA device(s): llmb_ib_device, else llmb_disaggregation.ib_device, else verify's facts."""
+    facts = ctx.dep.node_facts.get(node.name) or {}
+    given = facts.get("ib_device") or (ctx.v.get(VAR) or {}).get("ib_device")
+    seen = facts.get("rdma_devices")
+    if given:
+        if seen is not None:
+            missing = [d for d in str(given).split(",") if d not in seen]
+            if missing:
+                problems.append(
+                    Problem(
+                        check="ib-device",
+                        message=f"the {g.role} node {node.name} has no active RDMA device {', '.join(missing)} "
+                        "(the verify stage's ibstat)",
+                        found=f"active: {', '.join(seen) or 'none'}",
+                        expected=str(given),
+                        fix=f"set llmb_ib_device of {node.name} to one of its active devices, or bring the port up",
+                        host=node.name,
+                    )
+                )
+        return str(given)
+    if seen:
+        return ",".join(seen)
+    problems.append(
+        Problem(
+            check="ib-device",
+            message=f"the {g.role} node {node.name} (group {g.name!r}) has no RDMA device for the KV transfer "
+            "(--disaggregation-ib-device)",
+            found="no llmb_ib_device, no llmb_disaggregation.ib_device"
+            + (", verify found no active RDMA port" if seen is not None else ", no verify facts"),
+            expected="an RDMA device name such as mlx5_0",
+            fix=f"set llmb_ib_device on {node.name} (hosts.yml) or llmb_disaggregation.ib_device, or run the "
+            "verify stage on a node whose ibstat lists an active port",
+            host=node.name,
+        )
+    )
+    return None
+
+
+def plan(ctx: Any, engine: Any, problems: list[Problem], source: str) -> Any:
+    """The disaggregated plan: both groups planned by the engine module, the router, one endpoint."""
+    cfg = ctx.v.get(VAR) or {}
+    if not hasattr(engine, "pd_group_values"):
+        problems.append(
+            Problem(
+                check="disaggregation",
+                message=f"{ctx.engine} has no prefill/decode disaggregation in this toolkit",
+                found=f"llmb_engine: {ctx.engine}, {VAR} set",
+                expected="llmb_engine: sglang",
+                fix=f"use llmb_engine: sglang, or remove {VAR}",
+            )
+        )
+        raise PlanError(problems, source)
+    groups: list[Group] = []
+    owner: dict[str, str] = {}
+    for role in ROLES:
+        gcfg = cfg.get(role) or {}
+        gname, nodes = _group_nodes(ctx, role, gcfg, problems)
+        for n in nodes:
+            if n.name in owner:
+                problems.append(
+                    Problem(
+                        check="disaggregation",
+                        message=f"{n.name} is in both the {owner[n.name]} and the {role} group",
+                        found=f"{n.name} in {cfg.get('prefill', {}).get('group') or 'prefill_nodes'} and {gname}",
+                        fix="list every node in one group only",
+                        host=n.name,
+                    )
+                )
+            owner[n.name] = role
+        if nodes:
+            groups.append(Group(role, gname, gcfg, _group_ctx(ctx, role, nodes, gcfg)))
+    idle = [n.name for n in ctx.dep.nodes if n.name not in owner]
+    if idle:
+        problems.append(
+            Problem(
+                check="disaggregation",
+                message=f"hosts of {GROUP} are in neither the prefill nor the decode group; they would serve nothing",
+                found=idle[:8],
+                fix="put them in one of the groups, or out of accel_nodes",
+            )
+        )
+    if len(groups) != 2 or problems:
+        raise PlanError(problems, source)
+
+    for g in groups:
+        topo, found = _topology(g, engine.CAPS, False)
+        g.topo = topo
+        ea, arg_problems = engine.engine_args(g.ctx, topo)
+        problems += arg_problems
+        g.args = ea
+        values, vproblems = engine.pd_group_values(g.ctx, g.role, g.cfg, cfg, ea)
+        problems += vproblems
+        dp_attention = bool(ea.values.get("--enable-dp-attention"))
+        topo, found = _topology(g, engine.CAPS, dp_attention)
+        g.topo = topo
+        problems += found
+        if found:
+            continue
+        problems += check_resolved(g.ctx, topo)
+        ib = {n.name: _ib_device(ctx, g, n, problems) for n in g.ctx.dep.nodes}
+        g.plans = engine.pd_services(g.ctx, g.role, topo, ea, ib)
+        fit = memory.check_fit(g.ctx, topo, ea.values)
+        for p in fit:
+            p.message = f"the {g.role} group {g.name!r}: {p.message}"
+        problems += fit
+    if problems:
+        raise PlanError(problems, source)
+
+    prefill, decode = groups
+    router_cfg = cfg.get("router") or {}
+    router_host = router_cfg.get("host") or prefill.head.name
+    if router_host not in owner:
+        problems.append(
+            Problem(
+                check="disaggregation",
+                message=f"{VAR}.router.host names {router_host!r}, which is not a host of {GROUP}",
+                found=router_host,
+                expected=f"one of {[n.name for n in ctx.dep.nodes][:8]}",
+                fix=f"set {VAR}.router.host to a node of {GROUP} (default: the prefill group's node 0)",
+            )
+        )
+        raise PlanError(problems, source)
+    plans = {hp.host: hp for g in groups for hp in g.plans}
+    router_node = next(n for n in ctx.dep.nodes if n.name == router_host)
+    svc, rproblems = engine.pd_router(ctx, router_node, prefill, decode, cfg)
+    problems += rproblems
+    if svc is not None:
+        plans[router_host].services.append(svc)
+    ordered = [plans[n.name] for n in ctx.dep.nodes if n.name in plans]
+    for i, hp in enumerate(ordered):
+        hp.rank = i
+    confine_listeners(ctx, ordered)
+    problems += check_model(ctx, prefill.args.values)
+    problems += check_image(ctx)
+    problems += check_ports(ctx, ordered)
+    if problems:
+        raise PlanError(problems, source)
+    for g in groups:
+        ctx.notes.append(f"{g.role} group {g.name}: " + g.topo.describe())
+        ctx.notes.extend(g.args.notes)
+    return Planned(ctx, prefill.topo, ordered)

@@ -1,0 +1,415 @@
+"""Memory fit: what the engine allocates on each device, predicted before any host is contacted.
+
+The model follows vLLM's own start-up arithmetic (gpu_worker.determine_available_memory and
+kv_cache_utils): of each device's memory, the engine may use ``memory x gpu-memory-utilization``;
+the weights it loads and its non-KV peak (activations of the profiling run, sampler, NCCL and
+cuBLAS workspaces, CUDA graphs) come off that, and the rest is the KV cache::
+
+    available KV = memory x fraction - weights per device - non-KV headroom
+
+For MLA models (Kimi-K2, DeepSeek-V3) every layer caches one latent per token, the same on every
+TP rank (the latent is not split by TP), so per rank and per token::
+
+    KV bytes per token = (kv_lora_rank + qk_rope_head_dim) x layers on the rank x bytes per element
+                       = (512 + 64) x 61 x 2 = 70,272 bytes for Kimi-K2 in BF16
+
+    KV tokens per instance = floor(available / (bytes per token x block)) x block x DCP
+
+Decode context parallel stores each token on one of DCP ranks, so the same memory holds DCP times
+as many tokens (vLLM logs "Multiplying the GPU KV cache size by the dcp_world_size"). The engine
+refuses to start when one sequence of max-model-len does not fit; so does the planner when that
+holds without the headroom (weights, budget and KV are exact). When only the calibrated headroom
+tips it over, the planner warns with every term instead (the non-KV peak is an estimate).
+
+Non-KV headroom: NON_KV_HEADROOM_GIB, calibrated on seed 003 (Kimi-K2-Thinking, TP8, one
+8x H200 node, vLLM defaults: gpu-memory-utilization 0.9, max-model-len 262144). The log says
+"Available KV cache memory: 46.80 GiB": 140.4 GiB x 0.9 - 554 GiB / 8 - 46.80 = 10.31 GiB of non-KV
+peak; the constant is 10 GiB (prediction 47.1 GiB, +0.7%). See docs/launch-plan.md "Memory fit".
+
+SGLang's --mem-fraction-static covers weights and the KV pool only (activations and CUDA graphs
+live in the remaining 1 - fraction), so no headroom is subtracted there. TensorRT-LLM gives the KV
+cache --kv_cache_free_gpu_memory_fraction of what is free after the weights and the headroom.
+Stdlib only.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from ..engines.registry import engine_caps
+from .model import Problem
+
+GIB = 1024**3
+
+# Non-KV peak per device (activations, sampler, NCCL/cuBLAS workspaces, CUDA graphs), in GiB:
+# calibrated on seed 003's TP8 log (10.31 GiB measured), see the module docstring.
+NON_KV_HEADROOM_GIB = 10.0
+
+KV_DTYPE_BYTES = {
+    "auto": None,
+    "bfloat16": 2,
+    "float16": 2,
+    "half": 2,
+    "float32": 4,
+    "fp8": 1,
+    "fp8_e4m3": 1,
+    "fp8_e5m2": 1,
+    "fp8_inc": 1,
+}
+# tokens per KV block (vLLM's FlashMLA block on NVIDIA; the others are rounded the same way)
+KV_BLOCK_TOKENS = 64
+
+
+@dataclass
+class MemoryFit:
+    """The predicted memory of one engine instance (every figure per device unless named)."""
+
+    device_model: str
+    device_gib: float
+    fraction_flag: str
+    fraction: float
+    total_bytes: float
+    weights_bytes: float
+    weight_shards: int
+    weight_split: str
+    headroom_gib: float
+    kv_available_bytes: float
+    kv_bytes_per_token: int
+    kv_formula: str
+    layers_per_rank: int
+    dcp: int
+    max_model_len: int
+    max_len_flag: str
+    kv_tokens: int  # per instance (DCP already multiplied in)
+    engine: str
+    memory_model: str  # what the fraction covers (capabilities.EngineCaps.memory_model)
+
+    @property
+    def budget_bytes(self) -> float:
+        return self.device_gib * GIB * self.fraction
+
+    @property
+    def sequence_bytes(self) -> float:
+        """KV bytes one max-model-len sequence takes on one rank (DCP splits it)."""
+        return math.ceil(self.max_model_len / self.dcp) * self.kv_bytes_per_token
+
+    @property
+    def fits(self) -> bool:
+        return self.kv_available_bytes > 0 and self.kv_tokens >= self.max_model_len
+
+    def arithmetic(self) -> str:
+        """Every term of the prediction, as one line of text."""
+        w = self.weights_bytes
+        weights = (
+            f"{self.total_bytes / 1e9:,.1f} GB of weights / ({self.weight_split} = {self.weight_shards} devices)"
+            f" = {w / 1e9:,.1f} GB per device ({_gib(w)})"
+        )
+        frac = f"{self.fraction:g} ({self.fraction_flag})"
+        if self.memory_model == "free":
+            avail = (
+                f"({self.device_gib:.1f} GiB - {weights} - headroom {self.headroom_gib:.1f} GiB) x {frac}"
+                f" = KV {_gib(self.kv_available_bytes)}"
+            )
+        else:
+            head = f" - activation/CUDA-graph headroom {self.headroom_gib:.1f} GiB" if self.headroom_gib else ""
+            avail = (
+                f"{self.device_gib:.1f} GiB x {frac} = {_gib(self.budget_bytes)} - {weights}{head}"
+                f" = KV {_gib(self.kv_available_bytes)}"
+            )
+        dcp = f" x DCP {self.dcp}" if self.dcp > 1 else ""
+        if self.kv_available_bytes > 0:
+            count = f"{_gib(self.kv_available_bytes)} / {self.kv_bytes_per_token:,}{dcp} = {self.kv_tokens:,}"
+        else:
+            count = "no memory left: 0"
+        tokens = (
+            f"KV per token per rank {self.kv_formula} = {self.kv_bytes_per_token:,} bytes; "
+            f"{count} tokens per instance"
+        )
+        seq = (
+            f"one sequence of {self.max_len_flag} {self.max_model_len:,} needs "
+            f"{_gib(self.sequence_bytes)} per rank"
+            + (f" (split over DCP {self.dcp})" if self.dcp > 1 else "")
+        )
+        return f"per {self.device_model}: {avail}; {tokens}; {seq}"
+
+    def note(self) -> str:
+        return (
+            f"memory: predicted KV cache {_gib(self.kv_available_bytes)} per device, "
+            f"{self.kv_tokens:,} tokens per instance ({self.max_len_flag} {self.max_model_len:,}); "
+            + self.arithmetic()
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kv_available_gib": round(self.kv_available_bytes / GIB, 2),
+            "kv_tokens_per_instance": self.kv_tokens,
+            "kv_bytes_per_token_per_rank": self.kv_bytes_per_token,
+            "weights_per_device_gib": round(self.weights_bytes / GIB, 2),
+            "budget_gib": round(self.budget_bytes / GIB, 2),
+            "headroom_gib": self.headroom_gib,
+            "max_model_len": self.max_model_len,
+            "dcp": self.dcp,
+        }
+
+
+def _gib(n: float) -> str:
+    if abs(n) < GIB / 10 and n != 0:
+        return f"{n / 1024**2:,.1f} MiB"
+    return f"{n / GIB:,.2f} GiB"
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool):
+        return None
+    try:
+        out = float(value)
+    except (TypeError, ValueError):
+        return None
+    return out if math.isfinite(out) else None
+
+
+def _caps(engine: str) -> Any:
+    """The engine's capabilities record (engines/<engine>.py CAPS): the one place that says which
+    flags cap memory and sequence length and what the memory fraction covers."""
+    return engine_caps(engine)
+
+
+def weights_per_device(
+    total_bytes: float, engine: str, tp: int, pp: int, dp: int, expert_parallel: bool
+) -> tuple[float, int, str]:
+    """Weights each device holds: total / devices that hold distinct shards.
+
+    TP and PP split every layer; with vLLM's expert parallelism the MoE experts (98.8% of
+    Kimi-K2's parameters) are also split over the DP ranks. The replicated dense part under EP is
+    within the headroom.
+    """
+    shards = tp * pp
+    how = f"TP {tp} x PP {pp}"
+    if _caps(engine).expert_parallel == "switch" and expert_parallel and dp > 1:
+        shards *= dp
+        how += f" x DP {dp} (expert parallel)"
+    return total_bytes / shards, shards, how
+
+
+def kv_per_token(model: dict[str, Any], kv_dtype: Any, pp: int) -> tuple[int, int, str] | str:
+    """(bytes per token per rank, layers on the rank, formula), or a reason it cannot be computed."""
+    kv = model.get("kv_cache")
+    if not isinstance(kv, dict):
+        return "no kv_cache section in the model profile"
+    if kv.get("kind") != "mla":
+        return f"kv_cache.kind {kv.get('kind')!r} is not modelled (only mla)"
+    try:
+        rank = int(kv["kv_lora_rank"])
+        rope = int(kv["qk_rope_head_dim"])
+        layers = int(kv["num_hidden_layers"])
+        model_bytes = int(kv.get("dtype_bytes", 2))
+    except (KeyError, TypeError, ValueError) as exc:
+        return f"kv_cache lacks a number: {exc}"
+    if rank < 0 or rope < 0 or rank + rope < 1 or layers < 1 or model_bytes < 1:
+        return "kv_cache numbers must be positive"
+    elem = model_bytes
+    dtype_text = f"{elem} byte{'s' if elem != 1 else ''}"
+    if kv_dtype is not None:
+        key = str(kv_dtype).lower()
+        if key not in KV_DTYPE_BYTES:
+            return f"KV cache dtype {kv_dtype!r} is not modelled"
+        elem = KV_DTYPE_BYTES[key] or model_bytes
+        dtype_text = f"{elem} byte{'s' if elem != 1 else ''} ({kv_dtype})"
+    per_rank_layers = math.ceil(layers / max(pp, 1))
+    layer_text = f"{per_rank_layers} layers" + (f" ({layers} / PP {pp})" if pp > 1 else "")
+    formula = f"({rank} + {rope}) x {layer_text} x {dtype_text}"
+    return (rank + rope) * per_rank_layers * elem, per_rank_layers, formula
+
+
+def estimate(
+    *,
+    model_name: str,
+    model: dict[str, Any],
+    engine: str,
+    engine_args: dict[str, Any],
+    device_model: str,
+    device_gib: float,
+    tp: int,
+    pp: int,
+    dp: int,
+    dcp: int,
+    expert_parallel: bool,
+    devices_per_node: int = 8,
+) -> tuple[MemoryFit | None, list[Problem], list[str]]:
+    """Predict the engine's memory; (fit or None, problems, notes). Never raises on bad values."""
+    total = _number(model.get("total_size_bytes"))
+    if not total or total <= 0:
+        return None, [], [f"model {model_name}: no total_size_bytes in the profile; memory fit not checked"]
+    caps = _caps(engine)
+    flag, default = caps.memory_fraction_flag, caps.memory_fraction_default
+    raw = engine_args.get(flag, default) if flag else default
+    frac = _number(raw)
+    if frac is None or not 0 < frac <= 1:
+        return (
+            None,
+            [
+                Problem(
+                    "memory-fit",
+                    f"{flag} must be a finite number in (0, 1]: the share of each device's memory "
+                    f"{engine} may use",
+                    found=f"{flag} {raw!r}",
+                    expected="0 < fraction <= 1, e.g. 0.9",
+                    fix=f"set {flag.lstrip('-')} in llmb_engine_args to a fraction such as 0.9",
+                )
+            ],
+            [],
+        )
+    w, shards, how = weights_per_device(total, engine, tp, pp, dp, expert_parallel)
+    dev_bytes = device_gib * GIB
+    if caps.memory_model == "static":
+        headroom = 0.0
+        avail = dev_bytes * frac - w
+    elif caps.memory_model == "free":
+        headroom = NON_KV_HEADROOM_GIB
+        avail = (dev_bytes - w - headroom * GIB) * frac
+    else:
+        headroom = NON_KV_HEADROOM_GIB
+        avail = dev_bytes * frac - w - headroom * GIB
+    len_flag = caps.max_len_flag or "--max-model-len"
+    raw_len = engine_args.get(len_flag, model.get("max_position_embeddings"))
+    max_len = _number(raw_len)
+    kv_flag = caps.kv_dtype_flag
+    per_token = kv_per_token(model, engine_args.get(kv_flag) if kv_flag else None, pp)
+    if isinstance(per_token, str) or max_len is None or max_len < 1:
+        why = per_token if isinstance(per_token, str) else f"{len_flag} unknown ({raw_len!r})"
+        notes = [f"model {model_name}: {why}; only the weights were checked against memory"]
+        if avail <= 0:
+            problem = Problem(
+                "memory-fit",
+                f"{model_name} does not fit: {total / 1e9:,.1f} GB of weights / ({how} = {shards} devices) = "
+                f"{w / 1e9:,.1f} GB per device ({_gib(w)}) leave no memory: {device_gib:.1f} GiB x {frac:g} "
+                f"({flag})"
+                + (f" - headroom {headroom:.1f} GiB" if headroom else ""),
+                found=f"{_gib(w)} of weights per device",
+                expected=f"less than {_gib(dev_bytes * frac - headroom * GIB)}",
+                fix=_fix(total, dev_bytes * frac - headroom * GIB, devices_per_node),
+            )
+            return None, [problem], notes
+        return None, [], notes
+    bpt, layers_rank, formula = per_token
+    blocks = math.floor(max(avail, 0) / (bpt * KV_BLOCK_TOKENS))
+    dcp_eff = max(dcp, 1) if caps.decode_context_parallel else 1
+    fit = MemoryFit(
+        device_model=device_model,
+        device_gib=device_gib,
+        fraction_flag=flag,
+        fraction=frac,
+        total_bytes=total,
+        weights_bytes=w,
+        weight_shards=shards,
+        weight_split=how,
+        headroom_gib=headroom,
+        kv_available_bytes=avail,
+        kv_bytes_per_token=bpt,
+        kv_formula=formula,
+        layers_per_rank=layers_rank,
+        dcp=dcp_eff,
+        max_model_len=int(max_len),
+        max_len_flag=len_flag,
+        kv_tokens=blocks * KV_BLOCK_TOKENS * dcp_eff,
+        engine=engine,
+        memory_model=caps.memory_model,
+    )
+    if fit.fits:
+        return fit, [], [fit.note()]
+    # Without the headroom the terms are the engine's own deterministic arithmetic (budget, weights,
+    # one sequence of KV): failing that, the engine refuses at start for certain. Failing only with
+    # the calibrated headroom is a prediction (the non-KV peak depends on batch limits and release):
+    # said as a warning with every term, not refused.
+    sure = avail + headroom * GIB * (frac if caps.memory_model == "free" else 1)
+    sure_tokens = math.floor(max(sure, 0) / (bpt * KV_BLOCK_TOKENS)) * KV_BLOCK_TOKENS * dcp_eff
+    if sure > 0 and sure_tokens >= fit.max_model_len:
+        return (
+            fit,
+            [],
+            [
+                f"memory: WARNING {model_name} fits only if the engine's non-KV peak (activations, CUDA "
+                f"graphs) stays under {_gib(sure - fit.sequence_bytes)} per device, below the "
+                f"{headroom:.0f} GiB calibrated on seed 003; the engine may refuse at start: lower "
+                f"{len_flag}, use DCP or an FP8 KV cache, or add devices. {fit.arithmetic()}"
+            ],
+        )
+    if avail <= 0:
+        what = f"the weights and headroom leave no KV cache ({_gib(avail)})"
+    else:
+        what = (
+            f"{fit.kv_tokens:,} KV tokens per instance are fewer than one sequence of "
+            f"{len_flag} {fit.max_model_len:,}"
+        )
+    usable = dev_bytes * frac - headroom * GIB - fit.sequence_bytes
+    return (
+        fit,
+        [
+            Problem(
+                "memory-fit",
+                f"{model_name} does not fit: {what}. {fit.arithmetic()}",
+                found=f"KV cache {_gib(avail)} per device, {fit.kv_tokens:,} tokens per instance",
+                expected=f"at least {_gib(fit.sequence_bytes)} of KV per device "
+                f"({fit.max_model_len:,} tokens)",
+                fix=_fix(total, usable, devices_per_node, len_flag),
+            )
+        ],
+        [],
+    )
+
+
+def _fix(total: float, usable_per_device: float, per_node: int, len_flag: str | None = None) -> str:
+    if usable_per_device > 0:
+        need = math.ceil(total / usable_per_device)
+        nodes = math.ceil(need / max(per_node, 1))
+        text = (
+            f"spread the weights over at least {need} devices ({nodes} node(s) of {per_node}): add nodes and "
+            "raise llmb_tensor_parallel or llmb_pipeline_parallel"
+        )
+    else:
+        text = "use devices with more memory"
+    if len_flag:
+        text += f", or lower {len_flag.lstrip('-')} / use an FP8 KV cache"
+    return text + ", or raise the memory fraction, or choose a smaller checkpoint"
+
+
+def estimate_plan(
+    ctx: Any, topo: Any, engine_args: dict[str, Any]
+) -> tuple[MemoryFit | None, list[Problem], list[str]]:
+    """``estimate`` for a resolved context and topology (what the planner checks).
+
+    A memory fraction the plan leaves out takes the pinned release's own default: its parser's
+    (the generated flag set), else the flag set's hand-kept ``defaults``. vLLM 0.23.0 defaults
+    --gpu-memory-utilization to 0.92, not 0.9 (its log on the lent H100, docs/real-hardware.md)."""
+    if _caps(ctx.engine).memory_model == "offload":
+        return None, [], [f"memory: {ctx.engine} keeps the experts in host memory; the device fit of the whole "
+                          "checkpoint does not apply"]
+    fs = getattr(ctx, "flagset", None)
+    flag = _caps(ctx.engine).memory_fraction_flag
+    parser_default = ((getattr(fs, "flags", None) or {}).get(flag) or {}).get("default")
+    release_default = parser_default if isinstance(parser_default, (int, float)) and not isinstance(
+        parser_default, bool) else (getattr(fs, "defaults", None) or {}).get(flag)
+    defaults = {flag: release_default} if flag and release_default is not None else {}
+    return estimate(
+        model_name=ctx.model_name,
+        model=ctx.model,
+        engine=ctx.engine,
+        engine_args={**defaults, **engine_args},
+        device_model=ctx.platform.device_model,
+        device_gib=ctx.platform.device_memory_gb,
+        tp=topo.tp,
+        pp=topo.pp,
+        dp=topo.dp,
+        dcp=topo.dcp,
+        expert_parallel=bool(ctx.v.get("llmb_expert_parallel")),
+        devices_per_node=topo.devices_per_node,
+    )
+
+
+def check_fit(ctx: Any, topo: Any, engine_args: dict[str, Any]) -> list[Problem]:
+    """The planner's memory-fit check: problems, and the prediction as a note on ctx.notes."""
+    _, problems, notes = estimate_plan(ctx, topo, engine_args)
+    ctx.notes.extend(notes)
+    return problems

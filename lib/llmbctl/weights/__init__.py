@@ -1,0 +1,1 @@
+"""Controller-side weights work: who fetches from where (plan)."""
