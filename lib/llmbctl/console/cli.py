@@ -111,11 +111,12 @@ def run_playbook(playbook: str, inventory: str, extra: list[str], run_id: str, e
     private = run_dir / "runner"
     private.mkdir(parents=True, exist_ok=True)
     argv = ["-i", inventory]
+    extra, secret_vars = runenv.split_extra(extra)
     for v in extra:
         argv += ["-e", v]
     argv.append(playbook)  # after the options: scripts/llmb-playbook passes them all to ansible-playbook
     plain, secret = runenv.split(os.environ)
-    channel = runenv.SecretChannel(secret)
+    channel = runenv.SecretChannel(secret, secret_vars)
     env = {"LLMB_RUN_ID": run_id, "LLMB_ARTIFACTS_DIR": str(run_dir), "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
            "ANSIBLE_NOCOLOR": "1", "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}",
            **channel.env}

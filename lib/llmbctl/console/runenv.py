@@ -12,7 +12,9 @@ copy, attach and archive. So every console command:
   proxy URL with a password) are not in the runner's environment: they go through a FIFO
   (:class:`SecretChannel`, nothing on disk) to ``scripts/llmb-playbook``, which the runner starts
   instead of ``ansible-playbook`` and which puts them into its own environment before exec'ing
-  ``ansible-playbook``; the runner records only the FIFO's path.
+  ``ansible-playbook``; the runner records only the FIFO's path;
+- an ``-e NAME=value`` whose NAME is a secret's (``-e llmb_api_key=...``) goes the same way
+  (:func:`split_extra`), instead of into the command line the runner records.
 
 Pure functions except SecretChannel (a temp directory of mode 0700 outside the artifacts).
 """
@@ -27,7 +29,7 @@ import threading
 from collections.abc import Mapping
 from pathlib import Path
 
-from ..secrets import is_secret_env
+from ..secrets import is_secret_env, is_secret_name
 
 FIFO_VAR = "LLMB_SECRETS_FIFO"
 NAMES = frozenset(
@@ -59,6 +61,20 @@ def split(environ: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str]]:
     return plain, secret
 
 
+def split_extra(extra: list[str]) -> tuple[list[str], dict[str, str]]:
+    """(kept, secret) of the -e values: NAME=value with a secret's NAME go to ``secret``; the rest
+    (other names, @file) stay as given."""
+    kept: list[str] = []
+    secret: dict[str, str] = {}
+    for item in extra:
+        name, sep, value = item.partition("=")
+        if sep and not item.startswith("@") and is_secret_name(name):
+            secret[name] = value
+        else:
+            kept.append(item)
+    return kept, secret
+
+
 def runner_env(runner_env_: Mapping[str, str], environ: Mapping[str, str], plain: Mapping[str, str],
                given: Mapping[str, str]) -> dict[str, str]:
     """The environment the runner keeps after it seeded itself from ``environ``: what it added or
@@ -73,15 +89,16 @@ def runner_env(runner_env_: Mapping[str, str], environ: Mapping[str, str], plain
 
 
 class SecretChannel:
-    """A FIFO in a private temp directory; a daemon thread writes ``{"env": secrets}`` into it once,
-    when the wrapper opens it. ``env`` gives the variable naming it; ``close`` removes it."""
+    """A FIFO in a private temp directory; a daemon thread writes ``{"env": secrets, "extra_vars":
+    extra_vars}`` into it once, when the wrapper opens it. ``env`` gives the variable naming it;
+    ``close`` removes it."""
 
-    def __init__(self, secrets: Mapping[str, str]):
+    def __init__(self, secrets: Mapping[str, str], extra_vars: Mapping[str, str] | None = None):
         self.dir = Path(tempfile.mkdtemp(prefix="llmb-secrets-"))
         os.chmod(self.dir, stat.S_IRWXU)
         self.path = self.dir / "env"
         os.mkfifo(self.path, 0o600)
-        payload = json.dumps({"env": dict(secrets)}).encode()
+        payload = json.dumps({"env": dict(secrets), "extra_vars": dict(extra_vars or {})}).encode()
 
         def feed() -> None:
             try:
@@ -112,12 +129,14 @@ class SecretChannel:
             pass
 
 
-def read_channel(environ: dict[str, str]) -> dict[str, str]:
-    """In the wrapper: the secrets the console sent (and the FIFO variable removed); {} without one."""
+def read_channel(environ: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:
+    """In the wrapper: (environment, extra vars) the console sent, the FIFO variable removed from
+    ``environ``; ({}, {}) without one."""
     path = environ.pop(FIFO_VAR, "")
     if not path:
-        return {}
+        return {}, {}
     with open(path, encoding="utf-8") as f:
         doc = json.load(f)
-    env = doc.get("env") if isinstance(doc, dict) else None
-    return {str(k): str(v) for k, v in (env or {}).items()}
+    doc = doc if isinstance(doc, dict) else {}
+    env, extra = doc.get("env") or {}, doc.get("extra_vars") or {}
+    return {str(k): str(v) for k, v in env.items()}, {str(k): str(v) for k, v in extra.items()}

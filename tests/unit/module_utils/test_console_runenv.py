@@ -18,6 +18,9 @@ PLANTED = {
 }
 
 
+API_KEY = "plantedExtraVarKey0006"  # given as -e llmb_api_key=...
+
+
 def test_split_keeps_what_a_run_needs_and_separates_the_secrets():
     env = dict(PLANTED, PATH="/usr/bin", HOME="/root", LLMB_RUN_ID="r1", ANSIBLE_CONFIG="/x/ansible.cfg",
                HF_ENDPOINT="http://hub:8080", EDITOR="vi", KUBECONFIG="/k", LC_ALL="C.UTF-8",
@@ -40,14 +43,19 @@ def test_runner_env_drops_the_inherited_but_keeps_what_the_runner_added():
 
 
 def test_channel_hands_the_secrets_over_once_and_leaves_nothing(tmp_path):
-    ch = runenv.SecretChannel({"HF_TOKEN": "x1"})
+    ch = runenv.SecretChannel({"HF_TOKEN": "x1"}, {"llmb_api_key": "k1"})
     env = dict(ch.env)
-    assert runenv.read_channel(env) == {"HF_TOKEN": "x1"} and runenv.FIFO_VAR not in env
+    assert runenv.read_channel(env) == ({"HF_TOKEN": "x1"}, {"llmb_api_key": "k1"}) and runenv.FIFO_VAR not in env
     ch.close()
     assert not ch.dir.exists()
     unread = runenv.SecretChannel({"HF_TOKEN": "x2"})  # a run that never started: close() does not hang
     unread.close()
     assert not unread.dir.exists()
+
+
+def test_split_extra_takes_the_secret_names_out():
+    assert runenv.split_extra(["a=1", "llmb_api_key=k", "@vars.yml", "weights_hf_token=t=x", "b"]) == (
+        ["a=1", "@vars.yml", "b"], {"llmb_api_key": "k", "weights_hf_token": "t=x"})
 
 
 PLAYBOOK = """
@@ -60,7 +68,7 @@ PLAYBOOK = """
     - name: What the run sees (digests only)
       ansible.builtin.copy:
         dest: "{{ out }}"
-        content: "{{ lookup('env', 'HF_TOKEN') | hash('sha256') }} [{{ lookup('env', 'AWS_SECRET_ACCESS_KEY') }}]"
+        content: "{{ lookup('env', 'HF_TOKEN') | hash('sha256') }} [{{ lookup('env', 'AWS_SECRET_ACCESS_KEY') }}] {{ llmb_api_key | hash('sha256') }}"
 """
 
 
@@ -73,12 +81,13 @@ def test_a_console_run_gets_hf_token_and_writes_no_secret(tmp_path, monkeypatch)
     run_id = f"pins-runenv-{tmp_path.name}"
     run_dir = cli.ROOT / "artifacts" / run_id
     try:
-        cli.run_playbook(str(pb), "localhost,", [f"out={seen}"], run_id, None, "test")
-        # the token reached the playbook; the credential the run does not need did not
-        assert seen.read_text() == hashlib.sha256(PLANTED["HF_TOKEN"].encode()).hexdigest() + " []"
+        cli.run_playbook(str(pb), "localhost,", [f"out={seen}", f"llmb_api_key={API_KEY}"], run_id, None, "test")
+        # the token and the -e key reached the playbook; the credential the run does not need did not
+        sha = [hashlib.sha256(v.encode()).hexdigest() for v in (PLANTED["HF_TOKEN"], API_KEY)]
+        assert seen.read_text() == f"{sha[0]} [] {sha[1]}"
         files = [p for p in run_dir.rglob("*") if p.is_file()]
         assert any(p.name == "command" for p in files) and any(p.parent.name == "job_events" for p in files)
-        leaks = {(str(p.relative_to(run_dir)), k) for p in files for k, v in PLANTED.items()
+        leaks = {(str(p.relative_to(run_dir)), k) for p in files for k, v in dict(PLANTED, api_key=API_KEY).items()
                  if v.encode() in p.read_bytes()}
         assert leaks == set()
         assert not (run_dir / "runner" / "env" / "envvars").exists()
