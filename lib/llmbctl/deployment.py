@@ -15,7 +15,7 @@ The document (key order fixed, JSON-ready):
     engine        {name, version, install, channel, venv | null, image {ref, digest, id} | null}
     model         {profile, repo_id, revision, commit, allow_patterns, dir, served_name}
     dirs          node directory layout (llmbctl.layout)
-    ports         {api, ray, ray_dashboard, dp_rpc, sglang_dist, sshd}
+    ports         {api, ray, ray_dashboard, dp_rpc, sglang_dist, vllm_master, sshd}
     start_levels  the plan's start orders, ascending
     hosts         {name: {address, rank, config_patches, packages, plan}}, plan = the launch-plan entry;
                   packages = the pinned requirements its services run beside the engine (the
@@ -58,6 +58,7 @@ PORT_KNOBS = (
     ("ray_dashboard", "llmb_ray_dashboard_port"),
     ("dp_rpc", "llmb_dp_rpc_port"),
     ("sglang_dist", "llmb_sglang_dist_port"),
+    ("vllm_master", "llmb_vllm_master_port"),
     ("sshd", "llmb_sshd_port"),
 )
 

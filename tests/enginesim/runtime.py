@@ -117,6 +117,9 @@ def serve_in_thread(base, address, handler, log: Log, bind_error, where: str):
     class Server(base):
         allow_reuse_address = True
         daemon_threads = True
+        # the engines' servers (uvicorn) listen with a backlog of 2048; socketserver's default of 5
+        # drops connections when a bench opens 16 at once (a lost SYN is retried after 1 s or fails)
+        request_queue_size = 2048
 
     try:
         server = Server(address, handler)
@@ -132,10 +135,14 @@ def die(log: Log, message: str, code: int = 1, where: str = "core.py:1"):
 
 
 def local_devices() -> int:
-    """Accelerators on this node: env LLMB_ENGINESIM_DEVICES, else nvidia-smi / npu-smi, else 8."""
+    """Accelerators on this node: env LLMB_ENGINESIM_DEVICES, else CUDA_VISIBLE_DEVICES (what the real
+    engines see: a node emulated on a slice of a machine's GPUs), else nvidia-smi / npu-smi, else 8."""
     env = os.environ.get("LLMB_ENGINESIM_DEVICES")
     if env:
         return int(env)
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None and visible.strip():
+        return len([d for d in visible.split(",") if d.strip()])
     for cmd in (["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"],):
         try:
             out = subprocess.run(cmd, capture_output=True, text=True, timeout=10)
@@ -230,6 +237,7 @@ class Rendezvous:
 
     def __init__(self, host: str, port: int, log: Log):
         self.members: list[dict] = []
+        self.left: list[dict] = []  # members whose connection dropped (a rank that died)
         self.conns: list[socket.socket] = []
         self.lock = threading.Lock()
         self.changed = threading.Condition(self.lock)
@@ -237,6 +245,7 @@ class Rendezvous:
 
         class Handler(socketserver.StreamRequestHandler):
             def handle(self):
+                joined = None
                 for raw in self.rfile:
                     line = raw.decode(errors="replace").strip()
                     if line.startswith("JOIN "):
@@ -245,6 +254,7 @@ class Rendezvous:
                             outer.members.append(info)
                             outer.conns.append(self.connection)
                             outer.changed.notify_all()
+                        joined = info
                         self.wfile.write(b"OK\n")
                     elif line == "STATUS":
                         with outer.lock:
@@ -253,6 +263,10 @@ class Rendezvous:
                     elif line == "PING":
                         self.wfile.write(b"PONG\n")
                     self.wfile.flush()
+                if joined is not None:
+                    with outer.changed:
+                        outer.left.append(joined)
+                        outer.changed.notify_all()
 
         self.server = serve_in_thread(
             socketserver.ThreadingTCPServer,

@@ -103,10 +103,24 @@ def serve(fs: dict, engine: str, args: dict, pos: list[str], log: runtime.Log) -
     world = tp * pp
     backend = args.get("--distributed-executor-backend")
 
-    if args.get("--headless"):
+    nnodes = int(args.get("--nnodes", 1))
+    if nnodes > 1 and backend not in (None, "mp", "uni", "external_launcher"):
+        runtime.die(  # vLLM 0.26.0 config/parallel.py, word for word
+            log,
+            "ValueError: nnodes > 1 can only be set when distributed executor backend is mp, uni or "
+            "external_launcher.",
+            where="parallel.py:936",
+        )
+    if nnodes > 1:  # vLLM's own multi-node launch: node rank 0 serves, the others run --headless
+        if int(args.get("--node-rank", 0)) > 0 or args.get("--headless"):
+            return _native_follower(args, nnodes, world, devices, log)
+        _native_master(args, nnodes, tp, pp, world, devices, log)
+    elif args.get("--headless"):
         return _headless(args, dp, dp_local, world, devices, log)
 
-    if dp > dp_local:
+    if nnodes > 1:
+        pass  # joined above
+    elif dp > dp_local:
         _dp_master(args, dp, dp_local, world, devices, log)
     else:
         if dp * world > devices and backend != "ray":
@@ -233,6 +247,146 @@ def _dp_master(args, dp, dp_local, world, devices, log):
         )
     log.info(f"All {dp} data parallel engines connected", "coordinator.py:1")
     return rdv
+
+
+def _native_local(nnodes: int, world: int, devices: int, log) -> int:
+    """Each node of vLLM's own multi-node launch runs world / nnodes ranks on its own GPUs."""
+    if world % nnodes != 0:
+        runtime.die(
+            log,
+            f"ValueError: world size {world} (TP x PP) is not divisible by --nnodes {nnodes}",
+            where="parallel.py:1",
+        )
+    local = world // nnodes
+    if local > devices:
+        runtime.die(
+            log,
+            f"ValueError: each of the {nnodes} nodes runs {local} of the {world} ranks; this node has "
+            f"{devices} GPUs",
+            where="parallel.py:1",
+        )
+    return local
+
+
+def _local_address(address: str) -> bool:
+    """address is one of this node's own (a socket can be bound to it)."""
+    import socket
+
+    try:
+        with socket.socket(socket.AF_INET6 if ":" in address else socket.AF_INET) as s:
+            s.bind((address, 0))
+        return True
+    except OSError:
+        return False
+
+
+def _native_master(args, nnodes, tp, pp, world, devices, log):
+    """Node rank 0: the torch.distributed store on --master-port (every interface, as TCPStore binds);
+    waits until node ranks 1..N-1 have joined, each once, with the same group; --master-addr must be
+    this node's own address (its own workers connect to it too)."""
+    local = _native_local(nnodes, world, devices, log)
+    address = args.get("--master-addr", "127.0.0.1")
+    port = int(args.get("--master-port", 29501))
+    if not _local_address(address):
+        runtime.die(
+            log,
+            f"torch.distributed.DistNetworkError: The client socket has failed to connect to any network "
+            f"address of ({address}, {port}): --master-addr {address} is not an address of node rank 0",
+            where="parallel_state.py:1",
+        )
+    rdv = runtime.Rendezvous("0.0.0.0", port, log)
+    log.info(
+        f"Multi-node launch: node rank 0 of {nnodes}, ranks 0..{local - 1} of {world} here; master "
+        f"tcp://{address}:{port}, waiting for node ranks 1..{nnodes - 1}",
+        "parallel_state.py:1",
+    )
+    ok = rdv.wait_for(lambda ms: len(ms) >= nnodes - 1, runtime.wait_timeout())
+    ranks = sorted(int(m.get("node_rank", -1)) for m in rdv.members)
+    if not ok:
+        runtime.die(
+            log,
+            f"torch.distributed.DistStoreError: Timed out after {runtime.wait_timeout():g} s waiting for "
+            f"node ranks of {nnodes}: joined {ranks or 'none'}",
+            where="parallel_state.py:1",
+        )
+    for m in rdv.members:
+        if (int(m.get("nnodes", 0)), int(m.get("world", 0))) != (nnodes, world):
+            runtime.die(
+                log,
+                f"RuntimeError: node rank {m.get('node_rank')} joined with --nnodes {m.get('nnodes')} and "
+                f"world size {m.get('world')}; node rank 0 has --nnodes {nnodes}, world size {world}",
+                where="parallel_state.py:1",
+            )
+    if ranks != list(range(1, nnodes)):
+        runtime.die(
+            log,
+            f"RuntimeError: node ranks {[0, *ranks]} do not cover 0..{nnodes - 1} "
+            f"(each --node-rank once)",
+            where="parallel_state.py:1",
+        )
+    log.info(f"All {nnodes} nodes joined (TP {tp} x PP {pp} = {world} ranks)", "parallel_state.py:1")
+    _watch_nodes(rdv, log)
+    return rdv
+
+
+def _watch_nodes(rdv, log) -> None:
+    """One TP x PP group: a node that dies takes the group down (the real engine's workers fail in
+    their next collective and the executor shuts the API server down)."""
+    import threading
+
+    def _watch():
+        with rdv.changed:
+            while not rdv.left:
+                rdv.changed.wait(1.0)
+            gone = rdv.left[0]
+        log.error(
+            f"RuntimeError: node rank {gone.get('node_rank')} (pid {gone.get('pid')}) is gone: a worker of "
+            "the group died; shutting down",
+            where="multiproc_executor.py:1",
+        )
+        os._exit(1)
+
+    threading.Thread(target=_watch, daemon=True).start()
+
+
+def _native_follower(args, nnodes, world, devices, log) -> int:
+    """Node rank r > 0: workers only (--headless), joining node rank 0's store at --master-addr."""
+    rank = int(args.get("--node-rank", 0))
+    if rank >= nnodes:  # vLLM 0.26.0 engine/arg_utils.py, word for word
+        runtime.die(log, f"AssertionError: node_rank={rank} must be less than nnodes={nnodes}.",
+                    where="arg_utils.py:1987")
+    if rank == 0:
+        runtime.die(log, f"ValueError: --headless on node rank 0 of --nnodes {nnodes}: node rank 0 runs the API "
+                         "server", where="serve.py:1")
+    if not args.get("--headless"):
+        runtime.die(
+            log,
+            f"ValueError: node rank {rank} of --nnodes {nnodes} must run with --headless: only node "
+            "rank 0 runs the API server",
+            where="serve.py:1",
+        )
+    local = _native_local(nnodes, world, devices, log)
+    address = args.get("--master-addr", "127.0.0.1")
+    port = int(args.get("--master-port", 29501))
+    log.info(
+        f"Headless mode: node rank {rank} of {nnodes}, ranks {rank * local}..{rank * local + local - 1} of "
+        f"{world}, master tcp://{address}:{port}",
+        "serve.py:1",
+    )
+    timeout = runtime.connect_timeout()
+    info = {"node_rank": rank, "nnodes": nnodes, "world": world, "pid": os.getpid()}
+    sock = runtime.join(address, port, info, timeout)
+    if sock is None:
+        runtime.die(
+            log,
+            f"torch.distributed.DistNetworkError: The client socket has failed to connect to any network "
+            f"address of ({address}, {port}) within {timeout:g} s (is node rank 0 running, and is "
+            f"{address} its address?)",
+            where="parallel_state.py:1",
+        )
+    log.info(f"Joined node rank 0 at {address}:{port}", "parallel_state.py:1")
+    runtime.watch_master(sock, log, f"node rank 0 {address}:{port}")
+    return runtime.wait_for_signal(log, "vllm serve --headless")
 
 
 def _headless(args, dp, dp_local, world, devices, log) -> int:

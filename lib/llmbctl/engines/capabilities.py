@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 # topology modes an engine may resolve to (engines/<engine>.py:topology decides which)
-MODES = ("single", "ray", "dp", "sglang", "mpirun")
+MODES = ("single", "ray", "native", "dp", "sglang", "mpirun")
 
 
 @dataclass(frozen=True)

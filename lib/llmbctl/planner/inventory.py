@@ -166,7 +166,19 @@ KNOBS: tuple[Knob, ...] = (
     ),
     # parallelism -----------------------------------------------------------------------
     _parallel("llmb_tensor_parallel", None, "TP size (default: devices per node)"),
-    _parallel("llmb_pipeline_parallel", 1, "PP size; TP x PP larger than one node runs over Ray (vLLM)"),
+    _parallel(
+        "llmb_pipeline_parallel", 1,
+        "PP size; TP x PP larger than one node runs across the nodes (vLLM: llmb_vllm_multinode)",
+    ),
+    Knob(
+        "llmb_vllm_multinode",
+        "str",
+        None,
+        "vLLM TP x PP across nodes: native (vLLM's own --nnodes/--node-rank/--master-addr launch, "
+        "--headless on every node but rank 0) or ray (a Ray cluster under vllm serve) "
+        "(default: native where the release's flag set has it, else ray)",
+        choices=("native", "ray"),
+    ),
     _parallel(
         "llmb_data_parallel", 1, "DP size; >1 on several nodes runs rank 0 + --headless ranks (vLLM)"
     ),
@@ -196,6 +208,7 @@ KNOBS: tuple[Knob, ...] = (
     _port("llmb_ray_dashboard_port", 8265, "Ray dashboard port on the head (Ray mode)"),
     _port("llmb_dp_rpc_port", 13345, "vLLM --data-parallel-rpc-port (DP on several nodes)"),
     _port("llmb_sglang_dist_port", 50000, "SGLang --dist-init-addr port (several nodes)"),
+    _port("llmb_vllm_master_port", 29501, "vLLM --master-port on node rank 0 (native multi-node launch)"),
     Knob(
         "llmb_disaggregation",
         "dict",

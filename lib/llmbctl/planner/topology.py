@@ -24,7 +24,7 @@ EVEN_SPLIT = "even-split"  # TP x PP ranks split evenly over the nodes, one proc
 
 @dataclass
 class Topology:
-    mode: str  # single | ray | dp | sglang | mpirun
+    mode: str  # single | ray | native | dp | sglang | mpirun
     nodes: int
     devices_per_node: int
     world: int  # devices used in total

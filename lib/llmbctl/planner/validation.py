@@ -386,6 +386,7 @@ def _port_knobs(ctx: Context) -> str:
         "llmb_ray_dashboard_port",
         "llmb_dp_rpc_port",
         "llmb_sglang_dist_port",
+        "llmb_vllm_master_port",
         "llmb_sshd_port",
     ]
     return ", ".join(f"{k}={ctx.v[k]}" for k in keys)

@@ -49,6 +49,9 @@ BINDS: dict[str, dict[str, str]] = {
                            "*:<port> with Ray 2.51.1 and 2.60.0)", "who": "the Ray workers and vLLM on the other nodes"},
     "dist-init": {"preload": "the torch.distributed TCPStore of node rank 0 binds every interface and has no "
                              "bind option", "who": "the SGLang ranks of the other nodes"},
+    "vllm-master": {"preload": "the torch.distributed TCPStore of node rank 0 (vLLM --master-addr / --master-port) "
+                               "binds every interface and has no bind option",
+                    "who": "the vLLM nodes of rank 1 and up (--headless)"},
 }
 
 # the service env the planner sets for a "preload" listener (planner/exposure.py: confine_listeners)

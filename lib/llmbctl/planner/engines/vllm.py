@@ -7,6 +7,11 @@ Shapes (seeds 000-004):
   with TP x PP spanning the nodes on the head (002 H800 TP8+PP2+DCP8, 004 TP16); with containers,
   vLLM's run_cluster.sh pattern: every node's engine container runs `ray start --block` (head or
   worker, VLLM_HOST_IP its node's address) and `vllm serve` runs in the head's container (kind exec);
+- native: vLLM's own multi-node launch for TP x PP across nodes (the recipes' form since vLLM has
+  `--nnodes`): every node runs `vllm serve` with `--nnodes N --node-rank r --master-addr HEAD
+  --master-port P`, every node but rank 0 `--headless`; the ranks split evenly over the nodes. The
+  default where the release's flag set has those options; `llmb_vllm_multinode: ray` keeps Ray
+  (the seeds that use Ray say so in their samples);
 - dp: DP rank 0 with the API on the head, `--headless --data-parallel-start-rank k` elsewhere
   (002/004 DP16 + EP over 2 nodes).
 """
@@ -33,8 +38,8 @@ CAPS = EngineCaps(
     installs=("host", "container"),
     memory_fraction_flag="--gpu-memory-utilization",
     memory_fraction_default=0.9,
-    modes=("single", "ray", "dp"),
-    head_address_use="--data-parallel-address / the Ray head address",
+    modes=("single", "ray", "native", "dp"),
+    head_address_use="--data-parallel-address / --master-addr / the Ray head address",
     decode_context_parallel=True,
     expert_parallel="switch",
     host_ip_env="VLLM_HOST_IP",
@@ -44,12 +49,51 @@ CAPS = EngineCaps(
 )
 
 
+# vLLM's own multi-node launch: a release has it when its flag set has every one of these
+NATIVE_FLAGS = ("--nnodes", "--node-rank", "--master-addr", "--master-port", "--headless")
+MULTINODE_VAR = "llmb_vllm_multinode"
+
+
+def native_missing(flagset: FlagSet) -> list[str]:
+    """The options of vLLM's own multi-node launch the release's flag set lacks (empty: it has it)."""
+    return [f for f in NATIVE_FLAGS if f not in flagset.flags]
+
+
+def multinode_launch(ctx: Context) -> tuple[str, list[Problem]]:
+    """How a TP x PP group spanning nodes is launched: "native" or "ray" (llmb_vllm_multinode, default
+    native where the release has it, else Ray); "native" asked of a release without it is refused."""
+    asked = ctx.v.get(MULTINODE_VAR)
+    missing = native_missing(ctx.flagset)
+    release = f"{ctx.engine} {ctx.flagset.version}"
+    if asked is None:
+        return ("ray" if missing else "native"), []
+    if asked == "native" and missing:
+        return "native", [
+            Problem(
+                "parallelism",
+                f"{release} has no multi-node launch of its own: its flag set lacks {', '.join(missing)}",
+                found=f"{MULTINODE_VAR}: native, llmb_engine_version: {ctx.flagset.version}",
+                expected="a release whose flag set has " + ", ".join(NATIVE_FLAGS),
+                fix=f"set {MULTINODE_VAR}: ray, or choose a release that has them (scripts/launch-plan --engine-versions)",
+            )
+        ]
+    return str(asked), []
+
+
 def topology(ctx: Context, caps: EngineCaps, sizes: Sizes) -> tuple[Topology | None, list[Problem]]:
-    """DP > 1: DP ranks over the nodes (`dp`); else one TP x PP group, over Ray when it spans nodes."""
+    """DP > 1: DP ranks over the nodes (`dp`); else one TP x PP group: on one node (`single`), or
+    across nodes with vLLM's own launch (`native`, ranks split evenly) or over Ray (`ray`)."""
     multinode = sizes.nodes > 1
     if sizes.dp > 1:
         return shared.dp_ranks(ctx, caps, sizes, "dp" if multinode else "single")
-    return shared.whole_nodes(ctx, caps, sizes, "ray" if multinode else "single")
+    if not multinode:
+        return shared.whole_nodes(ctx, caps, sizes, "single")
+    how, problems = multinode_launch(ctx)
+    if problems:
+        return None, problems
+    if how == "native":
+        return shared.even_split(ctx, caps, sizes, "native")
+    return shared.whole_nodes(ctx, caps, sizes, "ray")
 
 
 def engine_args(ctx: Context, topo: Topology) -> tuple[EngineArgs, list[Problem]]:
@@ -65,6 +109,12 @@ def engine_args(ctx: Context, topo: Topology) -> tuple[EngineArgs, list[Problem]
     ]
     if topo.mode == "ray":
         flags.append(("--distributed-executor-backend", "ray"))
+    if topo.mode == "native":  # --node-rank and --headless per node (services)
+        flags += [
+            ("--nnodes", topo.nodes),
+            ("--master-addr", ctx.dep.head.address),
+            ("--master-port", v["llmb_vllm_master_port"]),
+        ]
     if topo.dp > 1:
         flags.append(("--data-parallel-size", topo.dp))
         if topo.nodes > 1:
@@ -158,6 +208,10 @@ def services(ctx: Context, topo: Topology, ea: EngineArgs) -> list[HostPlan]:
         is_head = node is head
         if topo.mode == "dp" and not is_head:
             values = {"--headless": True, "--data-parallel-start-rank": node.rank * topo.dp_local, **values}
+        if topo.mode == "native":
+            values = {**values, "--node-rank": node.rank}
+            if not is_head:
+                values = {"--headless": True, **values}
         argv = [exe, "serve", model_path, *ea.argv(values)]
 
         if topo.mode == "ray":
@@ -170,6 +224,9 @@ def services(ctx: Context, topo: Topology, ea: EngineArgs) -> list[HostPlan]:
 
         if topo.mode == "dp":
             role = "dp-rank" if is_head else "dp-headless"
+            order = common.ORDER_FIRST if is_head else common.ORDER_SECOND
+        elif topo.mode == "native":
+            role = "node-rank-0" if is_head else "node-headless"
             order = common.ORDER_FIRST if is_head else common.ORDER_SECOND
         else:
             role = "api"
@@ -184,6 +241,11 @@ def services(ctx: Context, topo: Topology, ea: EngineArgs) -> list[HostPlan]:
         if is_head and topo.mode == "dp":
             svc.ports.append({"port": v["llmb_dp_rpc_port"], "purpose": "dp-rpc"})
             svc.ready = common.ready_tcp(ctx, node, v["llmb_dp_rpc_port"])
+        if is_head and topo.mode == "native":
+            # the torch.distributed store of node rank 0: the headless nodes join it, so they start
+            # once it listens (a follower's readiness: started, after the head's)
+            svc.ports.append({"port": v["llmb_vllm_master_port"], "purpose": "vllm-master"})
+            svc.ready = common.ready_tcp(ctx, node, v["llmb_vllm_master_port"])
         if is_head and topo.mode == "ray":
             svc.depends_on = [common.dep_ref(n, ray_name) for n in nodes]
             # vLLM joins the running Ray cluster (ray.init reads RAY_ADDRESS; no /tmp/ray lookup)

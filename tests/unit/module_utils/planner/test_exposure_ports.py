@@ -22,7 +22,7 @@ PRELOADED = {p for p, rule in ports.BINDS.items() if "preload" in rule}
 
 
 def test_the_engines_without_a_bind_option_are_the_ray_gcs_and_the_torch_store():
-    assert PRELOADED == {"ray-gcs", "dist-init"}
+    assert PRELOADED == {"ray-gcs", "dist-init", "vllm-master"}  # the last: vLLM --master-port
 
 
 @pytest.mark.parametrize("name", SAMPLES)

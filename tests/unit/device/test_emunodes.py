@@ -1,0 +1,150 @@
+"""tests/device/emunodes.py: N emulated nodes on one host (issue 23). The layout, each node's
+identity environment and interpreter wrapper, and the inventories it writes, planned by the
+planner: the serve stage's own argv and env for shapes a (TP across nodes, vLLM's own launch) and
+c (DP + EP, rank 0 + --headless)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[3]
+spec = importlib.util.spec_from_file_location("emunodes", ROOT / "tests" / "device" / "emunodes.py")
+emunodes = importlib.util.module_from_spec(spec)
+sys.modules["emunodes"] = emunodes  # dataclasses look their module up
+spec.loader.exec_module(emunodes)
+
+
+def test_layout_gives_each_node_its_address_gpu_slice_and_host_identity():
+    nodes = emunodes.layout(2, 2, total_gpus=4)
+    assert [(n.name, n.netns, n.address, n.gpus, n.hostid) for n in nodes] == [
+        ("node1", "llmb-node1", "10.99.0.1", (0, 1), "node1"),
+        ("node2", "llmb-node2", "10.99.0.2", (2, 3), "node2"),
+    ]
+    assert emunodes.identity_env(nodes[1]) == {"CUDA_VISIBLE_DEVICES": "2,3", "NCCL_HOSTID": "node2"}
+    assert [n.gpus for n in emunodes.layout(4, 1)] == [(0,), (1,), (2,), (3,)]
+
+
+@pytest.mark.parametrize("args, needle", [
+    ((3, 2, 4), "--nodes 3 x --gpus-per-node 2 = 6 GPUs; this machine has 4"),
+    ((0, 2, None), "--nodes: expected 1..32, found 0"),
+    ((2, 0, None), "--gpus-per-node: expected a positive integer, found 0"),
+])
+def test_a_layout_that_cannot_be_is_refused_naming_the_option(args, needle):
+    with pytest.raises(emunodes.UsageError, match=needle.replace("+", r"\+")):
+        emunodes.layout(*args)
+
+
+def test_the_cli_exits_2_on_a_bad_shape(tmp_path):
+    p = subprocess.run([sys.executable, str(ROOT / "tests/device/emunodes.py"), "inventory", "--shape", "z",
+                        "--out", str(tmp_path / "i"), "--state", str(tmp_path / "s"), "--python", sys.executable],
+                       capture_output=True, text=True)
+    assert p.returncode == 2 and "--shape: expected one of a, b, c, found 'z'" in p.stderr
+
+
+def test_the_wrapper_enters_the_nodes_namespace_with_its_identity(tmp_path):
+    """Ansible's interpreter of node2: nsenter --net=<its namespace> <python> <args>, with its GPUs,
+    NCCL_HOSTID, runner state and the systemctl/journalctl stand-ins first on PATH."""
+    node = emunodes.layout(2, 2)[1]
+    wrapper = tmp_path / "interp-node2"
+    wrapper.write_text(emunodes.wrapper_text(node, "/root/llmb-vllm/bin/python", tmp_path / "state"))
+    wrapper.chmod(0o755)
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "nsenter").write_text(
+        "#!/bin/sh\nexec python3 -c 'import json,os,sys; print(json.dumps({\"argv\": sys.argv[1:], "
+        "\"env\": {k: os.environ.get(k) for k in (\"CUDA_VISIBLE_DEVICES\", \"NCCL_HOSTID\", "
+        "\"LLMB_RUNNER_STATE\", \"RAY_TMPDIR\", \"PATH\")}}))' \"$@\"\n")
+    (fake / "nsenter").chmod(0o755)
+    out = subprocess.run([str(wrapper), "/tmp/AnsiballZ_x.py"], capture_output=True, text=True, check=True,
+                         env=dict(os.environ, PATH=f"{fake}:{os.environ['PATH']}"))
+    got = json.loads(out.stdout)
+    assert got["argv"] == ["--net=/var/run/netns/llmb-node2", "/root/llmb-vllm/bin/python", "/tmp/AnsiballZ_x.py"]
+    assert got["env"]["CUDA_VISIBLE_DEVICES"] == "2,3" and got["env"]["NCCL_HOSTID"] == "node2"
+    assert got["env"]["LLMB_RUNNER_STATE"] == str(tmp_path / "state" / "node2")
+    assert got["env"]["RAY_TMPDIR"] == "/tmp/llmb-ray-node2"  # each node its own /tmp for Ray
+    assert got["env"]["PATH"].split(os.pathsep)[:2] == [str(ROOT / "tests/device/bin"), "/root/llmb-vllm/bin"]
+
+
+def _plan(tmp_path: Path, shape: str, nodes: int = 2, gpn: int = 2) -> dict[str, dict]:
+    inv = tmp_path / f"inv-{shape}"
+    emunodes.write_inventory(inv, emunodes.layout(nodes, gpn), shape, "/root/llmb-vllm/bin/python",
+                             tmp_path / "state")
+    venv_bin = ROOT / ".venv" / "bin"
+    p = subprocess.run([str(venv_bin / "python"), str(ROOT / "scripts/launch-plan"), "-i", str(inv), "--format", "json"],
+                       capture_output=True, text=True, env=dict(os.environ, PATH=f"{venv_bin}:{os.environ['PATH']}"))
+    assert p.returncode == 0, p.stderr
+    return {h["host"]: h for h in json.loads(p.stdout)}
+
+
+def _flags(argv: list[str]) -> dict[str, str | bool]:
+    out: dict[str, str | bool] = {}
+    for i, tok in enumerate(argv):
+        if tok.startswith("--"):
+            nxt = argv[i + 1] if i + 1 < len(argv) else None
+            out[tok] = nxt if nxt is not None and not nxt.startswith("--") else True
+    return out
+
+
+def test_shape_a_plans_vllms_own_launch_across_the_emulated_nodes(tmp_path):
+    hosts = _plan(tmp_path, "a")
+    (n1,), (n2,) = hosts["node1"]["services"], hosts["node2"]["services"]
+    f1, f2 = _flags(n1["argv"]), _flags(n2["argv"])
+    for f in (f1, f2):
+        assert (f["--tensor-parallel-size"], f["--nnodes"], f["--master-addr"], f["--master-port"]) == \
+            ("4", "2", "10.99.0.1", "29600")
+        assert f["--enforce-eager"] is True
+    assert (f1["--node-rank"], f2["--node-rank"]) == ("0", "1")
+    assert "--headless" not in f1 and f2["--headless"] is True
+    assert (n1["role"], n1["order"], n2["role"], n2["order"]) == ("node-rank-0", 10, "node-headless", 20)
+    assert n1["ready"] == {"type": "tcp", "host": "10.99.0.1", "port": 29600, "timeout_s": 300}
+    for svc, addr in ((n1, "10.99.0.1"), (n2, "10.99.0.2")):
+        env = svc["env"]
+        assert env["NCCL_SOCKET_IFNAME"] == env["GLOO_SOCKET_IFNAME"] == "llmb0"
+        assert env["VLLM_HOST_IP"] == addr
+        assert env["VLLM_USE_FLASHINFER_SAMPLER"] == "0" and env["NCCL_NVLS_ENABLE"] == "0"
+        assert env["TORCH_SYMM_MEM_DISABLE_MULTICAST"] == "1" and env["NVSHMEM_DISABLE_NVLS"] == "1"
+        # the node's identity is the emulation's (its wrapper), never the plan's
+        assert "CUDA_VISIBLE_DEVICES" not in env and "NCCL_HOSTID" not in env
+
+
+def test_shape_c_plans_dp_with_expert_parallelism_rank_0_and_headless(tmp_path):
+    hosts = _plan(tmp_path, "c")
+    (n1,), (n2,) = hosts["node1"]["services"], hosts["node2"]["services"]
+    f1, f2 = _flags(n1["argv"]), _flags(n2["argv"])
+    for f in (f1, f2):
+        assert (f["--data-parallel-size"], f["--data-parallel-size-local"], f["--data-parallel-address"],
+                f["--data-parallel-rpc-port"], f["--enable-expert-parallel"]) == ("4", "2", "10.99.0.1", "13345", True)
+        assert "--nnodes" not in f
+    assert "--headless" not in f1 and (f2["--headless"], f2["--data-parallel-start-rank"]) == (True, "2")
+
+
+def test_any_n_four_nodes_of_one_gpu(tmp_path):
+    hosts = _plan(tmp_path, "a", nodes=4, gpn=1)
+    ranks = [_flags(hosts[f"node{i}"]["services"][0]["argv"]).get("--node-rank") for i in range(1, 5)]
+    assert ranks == ["0", "1", "2", "3"]
+    assert [bool(_flags(hosts[f"node{i}"]["services"][0]["argv"]).get("--headless")) for i in range(1, 5)] == \
+        [False, True, True, True]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root")
+def test_up_and_down_make_and_remove_the_namespaces():
+    pytest.importorskip("pyroute2")
+    nodes = emunodes.layout(2, 1)
+    try:
+        emunodes.up(nodes)
+        have = set(os.listdir(emunodes.NETNS_DIR))
+        assert {"llmb-node1", "llmb-node2", emunodes.SWITCH_NS} <= have
+        probe = subprocess.run(["nsenter", "--net=/var/run/netns/llmb-node2", sys.executable, "-c",
+                                "import socket; s=socket.socket(); s.bind(('10.99.0.2', 0)); print('ok')"],
+                               capture_output=True, text=True)
+        assert probe.stdout.strip() == "ok", probe.stderr
+    finally:
+        emunodes.down(nodes)
+    assert not {"llmb-node1", "llmb-node2", emunodes.SWITCH_NS} & set(os.listdir(emunodes.NETNS_DIR))

@@ -1,0 +1,113 @@
+"""vLLM's own multi-node launch on the double (issue 23): node rank 0 serves once every node rank
+joined its store on --master-port; it refuses what the real engine refuses: a node rank > 0 without
+--headless, node ranks that do not cover 0..N-1, a master address that is not rank 0's."""
+
+from __future__ import annotations
+
+import pytest
+from enginesim_helpers import Proc, cli, free_port, make_model, run, sim_env, wait_healthy, wait_port
+
+SERVE = ["serve", "--trust-remote-code", "--served-model-name", "kimi-k2-sim", "--host", "127.0.0.1"]
+
+
+@pytest.fixture
+def model(tmp_path):
+    return make_model(tmp_path / "model")
+
+
+def native(master_port: int, nnodes: int = 2, tp: int | None = None, addr: str = "127.0.0.1") -> list[str]:
+    tp = tp or 8 * nnodes  # 8 ranks a node (LLMB_ENGINESIM_DEVICES=8)
+    return ["--tensor-parallel-size", str(tp), "--nnodes", str(nnodes), "--master-addr", addr,
+            "--master-port", str(master_port)]
+
+
+def rank0(tmp_path, model, api, master, nnodes=2, name="rank0"):
+    return Proc([*cli("vllm"), *SERVE, str(model), "--port", str(api), *native(master, nnodes), "--node-rank", "0"],
+                sim_env(tmp_path / name), tmp_path / f"{name}.log")
+
+
+def follower(tmp_path, model, api, master, rank, nnodes=2, headless=True, addr="127.0.0.1", name=None):
+    name = name or f"rank{rank}"
+    argv = [*cli("vllm"), *SERVE, str(model), "--port", str(api), *native(master, nnodes, addr=addr),
+            "--node-rank", str(rank), *(["--headless"] if headless else [])]
+    return Proc(argv, sim_env(tmp_path / name), tmp_path / f"{name}.log")
+
+
+def test_node_rank_0_serves_once_the_headless_node_joined(tmp_path, model):
+    api, master = free_port(), free_port()
+    with rank0(tmp_path, model, api, master) as r0:
+        wait_port(master)
+        with follower(tmp_path, model, api, master, 1) as r1:
+            wait_healthy(api, r0)
+            assert "All 2 nodes joined (TP 16 x PP 1 = 16 ranks)" in r0.output()
+            assert "node rank 1 of 2, ranks 8..15 of 16" in r1.output()
+            r0.stop()
+            assert r1.wait(15) == 1  # a headless node does not outlive node rank 0
+            assert "lost the connection to the node rank 0" in r1.output()
+
+
+def test_a_node_rank_above_0_without_headless_is_refused(tmp_path, model):
+    proc = run([*cli("vllm"), *SERVE, str(model), *native(free_port()), "--node-rank", "1"], sim_env(tmp_path / "s"))
+    assert proc.returncode == 1
+    assert "node rank 1 of --nnodes 2 must run with --headless" in proc.stderr
+
+
+def test_node_ranks_that_do_not_cover_0_to_n_minus_1_are_refused(tmp_path, model):
+    api, master = free_port(), free_port()
+    with rank0(tmp_path, model, api, master, nnodes=3) as r0:
+        wait_port(master)
+        with follower(tmp_path, model, api, master, 1, nnodes=3, name="a"), \
+                follower(tmp_path, model, api, master, 1, nnodes=3, name="b"):
+            assert r0.wait(20) == 1
+    assert "node ranks [0, 1, 1] do not cover 0..2" in r0.output()
+
+
+def test_a_node_rank_out_of_range_is_refused(tmp_path, model):
+    proc = run([*cli("vllm"), *SERVE, str(model), *native(free_port()), "--node-rank", "2", "--headless"],
+               sim_env(tmp_path / "s"))
+    assert proc.returncode == 1 and "node_rank=2 must be less than nnodes=2." in proc.stderr  # vLLM 0.26.0's words
+
+
+def test_a_follower_pointed_at_another_master_address_fails_naming_it(tmp_path, model):
+    api, master = free_port(), free_port()
+    with rank0(tmp_path, model, api, master) as r0:
+        wait_port(master)
+        # a TEST-NET address nothing answers on (rank 0's store listens on every interface)
+        with follower(tmp_path, model, api, master, 1, addr="192.0.2.1") as r1:
+            assert r1.wait(20) == 1
+        assert "failed to connect to any network address of (192.0.2.1," in r1.output()
+        assert r0.p.poll() is None  # rank 0 still waits (until its own timeout)
+
+
+def test_rank_0_whose_master_address_is_not_its_own_fails(tmp_path, model):
+    argv = [*cli("vllm"), *SERVE, str(model), *native(free_port(), addr="192.0.2.1"), "--node-rank", "0"]
+    proc = run(argv, sim_env(tmp_path / "s"))
+    assert proc.returncode == 1
+    assert "--master-addr 192.0.2.1 is not an address of node rank 0" in proc.stderr
+
+
+def test_each_node_needs_its_share_of_the_ranks_on_its_own_gpus(tmp_path, model):
+    env = sim_env(tmp_path / "s", LLMB_ENGINESIM_DEVICES="")
+    env["CUDA_VISIBLE_DEVICES"] = "0,1"  # a node emulated on two GPUs of a machine
+    proc = run([*cli("vllm"), *SERVE, str(model), *native(free_port(), tp=8), "--node-rank", "0"], env)
+    assert proc.returncode == 1
+    assert "each of the 2 nodes runs 4 of the 8 ranks; this node has 2 GPUs" in proc.stderr
+
+
+def test_a_node_that_dies_takes_node_rank_0_down(tmp_path, model):
+    api, master = free_port(), free_port()
+    with rank0(tmp_path, model, api, master) as r0:
+        wait_port(master)
+        with follower(tmp_path, model, api, master, 1) as r1:
+            wait_healthy(api, r0)
+            r1.p.kill()
+            assert r0.wait(15) == 1
+    assert "node rank 1 (pid " in r0.output() and "is gone: a worker of the group died" in r0.output()
+
+
+def test_the_native_launch_and_ray_do_not_mix(tmp_path, model):
+    argv = [*cli("vllm"), *SERVE, str(model), *native(free_port()), "--node-rank", "0",
+            "--distributed-executor-backend", "ray"]
+    proc = run(argv, sim_env(tmp_path / "s"))
+    assert proc.returncode == 1
+    assert "nnodes > 1 can only be set when distributed executor backend is mp, uni or external_launcher." in proc.stderr
