@@ -17,7 +17,9 @@ The document (key order fixed, JSON-ready):
     dirs          node directory layout (llmbctl.layout)
     ports         {api, ray, ray_dashboard, dp_rpc, sglang_dist, vllm_master, sshd}
     start_levels  the plan's start orders, ascending
-    hosts         {name: {address, rank, config_patches, plan}}, plan = the launch-plan entry
+    hosts         {name: {address, rank, config_patches, packages, plan}}, plan = the launch-plan entry;
+                  packages = the pinned requirements its services run beside the engine (the
+                  engine stage installs them with it: engine_host)
     hash          sha256 of the canonical JSON of everything but run and hash
 
 An inventory that cannot be planned (a verify-only inventory, say) still gives a document: the
@@ -26,10 +28,14 @@ with their addresses) are filled, the rest are null, ``planned`` is false and ``
 why. Stages that need the plan fail on that; verify, collect and report do not need it.
 
 Pins: ``resolve`` fills ``model.commit`` and ``engine.image.digest`` from what the inventory
-states without any network (a 40-hex revision, llmb_model_revision, engine_image_pins). Stage 0 then
-calls ``pin`` (llmbctl.pins): a branch is resolved to its commit at the hub, a tag to its digest at
-the registry, both recorded in ``<inventory>/llmb.lock.json``; what cannot be resolved is listed in
+states without any network (a 40-hex revision, llmb_model_revision, engine_image_pins). Stage 0 calls
+``build``: the engine release of an inventory that leaves llmb_engine_version unset is the one its
+lock records (llmbctl.pins.resolve_engine; the newest shipped on the first bring-up), then ``pin``
+(llmbctl.pins): a branch is resolved to its commit at the hub, a tag to its digest at the registry,
+all three recorded in ``<inventory>/llmb.lock.json``; what cannot be resolved is listed in
 ``pins.problems`` and refuses every stage that needs the plan, before any host is contacted.
+``pins.sources`` says where each pin came from (engine, model, image: inventory, lock, resolved
+or default); it is left out of the hash (a second run reads from the lock what the first resolved).
 """
 
 from __future__ import annotations
@@ -124,18 +130,21 @@ def resolve(
     data_dir: str | None = None,
     host_set: dict[str, list[str]] | None = None,
     inventory_files: list[str] | None = None,
+    engine_version: str | None = None,
 ) -> dict[str, Any]:
     """The deployment document of an inventory (pure: no file is written, no host contacted).
 
     host_set: per host, the variable names set on the host itself (planner/inventory.py);
-    inventory_files: the inventory's YAML files, checked for duplicate keys (planner/yamlkeys.py)."""
+    inventory_files: the inventory's YAML files, checked for duplicate keys (planner/yamlkeys.py);
+    engine_version: the locked release, used when the inventory leaves llmb_engine_version unset."""
     groups = {str(k): list(v or []) for k, v in dict(groups).items()}
     shared = _shared_vars(hostvars, groups)
     problems: list[dict[str, Any]] = []
     planned = None
     if groups.get(GROUP):
         try:
-            planned = plan_inventory(hostvars, groups, data_dir, host_set=host_set, inventory_files=inventory_files)
+            planned = plan_inventory(hostvars, groups, data_dir, host_set=host_set,
+                                     inventory_files=inventory_files, engine_version=engine_version)
         except PlanError as err:
             problems = [p.to_dict() for p in err.problems]
     else:
@@ -197,6 +206,7 @@ def resolve(
                 "address": entry["address"],
                 "rank": entry["rank"],
                 "config_patches": (entry.get("model") or {}).get("config_patches") or [],
+                "packages": list(dict.fromkeys(p for s in entry.get("services") or [] for p in s.get("packages") or [])),
                 "plan": entry,
             }
     else:
@@ -206,6 +216,7 @@ def resolve(
                 "address": node_address(name, hv) if hv is not None else name,
                 "rank": rank,
                 "config_patches": [],
+                "packages": [],
                 "plan": None,
             }
 
@@ -221,11 +232,92 @@ def resolve(
         "ports": {key: _knob(v, knob) for key, knob in PORT_KNOBS},
         "start_levels": sorted({s["order"] for p in plans for s in p.get("services") or []}),
         "hosts": hosts,
-        "pins": {"resolved": False, "lock": None, "problems": []},
+        "pins": {"resolved": False, "lock": None, "problems": [], "sources": {
+            "engine": _engine_source(shared, engine_version) if version else None,
+            "model": ("inventory" if _get(shared, "llmb_model_revision") else "default") if pins["commit"] else None,
+            "image": "inventory" if pins["image_digest"] else None,
+        }},
     }
     doc = json.loads(json.dumps(doc))  # JSON-ready: tuples become lists, keys strings
     doc["hash"] = content_hash(doc)
     return doc
+
+
+def _engine_source(shared: Any, engine_version: str | None) -> str:
+    if _get(shared, "llmb_engine_version") is not None:
+        return "inventory"
+    return "lock" if engine_version else "default"
+
+
+# where llmbctl.pins says a pin came from -> the document's words (inventory / lock / resolved / default)
+_MODEL_SOURCE = {"lock": "lock", "hub": "resolved"}
+_IMAGE_SOURCE = {"ref": "inventory", "inventory": "inventory", "lock": "lock", "registry": "resolved"}
+
+
+def build(
+    hostvars: Any,
+    groups: dict[str, Any],
+    run_id: str | None = None,
+    artifacts_dir: str | None = None,
+    data_dir: str | None = None,
+    host_set: dict[str, list[str]] | None = None,
+    inventory_dir: str | None = None,
+    write: bool = True,
+    repin: bool | None = None,
+    inventory_files: list[str] | None = None,
+) -> dict[str, Any]:
+    """The document stage 0 writes: ``resolve`` with the engine release of the inventory's lock, then
+    ``pin`` (no inventory_dir: ``resolve`` alone). ``write``: record the pins (False in check mode and
+    for scripts/launch-plan); ``repin``: None reads -e llmb_repin / LLMB_REPIN."""
+    if not inventory_dir:
+        return resolve(hostvars, groups, run_id, artifacts_dir, data_dir, host_set=host_set,
+                       inventory_files=inventory_files)
+    from . import pins as P
+    from .catalog import Catalog, CatalogError
+
+    groups = {str(k): list(v or []) for k, v in dict(groups).items()}
+    shared = _shared_vars(hostvars, groups)
+    if repin is None:
+        repin = P.repin_requested(_get(shared, "llmb_repin"))
+    first: list[dict[str, Any]] = []
+    locked = None
+    engine = _get(shared, "llmb_engine")
+    if isinstance(engine, str) and _get(shared, "llmb_engine_version") is None:
+        try:
+            lock = P.read_lock(P.lock_path(inventory_dir))
+            shipped = Catalog(data_dir).flagset_versions(engine)
+            version, source = P.resolve_engine(engine, None, shipped, lock, repin=repin)
+            locked = version if source == "lock" else None
+        except P.PinError as err:
+            first.append(err.problem.to_dict())
+        except CatalogError:
+            pass  # the planner reports the catalog's problem
+    doc = resolve(hostvars, groups, run_id, artifacts_dir, data_dir, host_set=host_set,
+                  inventory_files=inventory_files, engine_version=locked)
+    doc = pin(doc, hostvars, groups, str(inventory_dir), write=write and not first, repin=repin)
+    if first and doc.get("planned"):
+        doc["pins"]["problems"] = first + doc["pins"]["problems"]
+        doc["pins"]["resolved"] = False
+        doc["hash"] = content_hash(doc)
+    return doc
+
+
+def locked_engine_version(
+    hostvars: Any, groups: dict[str, Any], inventory_dir: str, repin: bool | None = None
+) -> str | None:
+    """The release the inventory's lock records for its engine when the inventory leaves
+    llmb_engine_version unset and no repin is asked (scripts/launch-plan plans with it); else None."""
+    from . import pins as P
+
+    shared = _shared_vars(hostvars, {str(k): list(v or []) for k, v in dict(groups).items()})
+    if repin is None:
+        repin = P.repin_requested(_get(shared, "llmb_repin"))
+    if repin or _get(shared, "llmb_engine_version") is not None:
+        return None
+    try:
+        return P.locked_engine(_get(shared, "llmb_engine"), P.read_lock(P.lock_path(inventory_dir)))
+    except P.PinError:
+        return None
 
 
 def pin(
@@ -258,6 +350,7 @@ def pin(
         hf_token=token,
         images=[image["ref"]] if image and image.get("ref") else [],
         image_pins=_get(shared, "engine_image_pins") or {},
+        engine={"name": engine.get("name"), "version": engine.get("version")},
         registry_auth=_get(shared, "engine_image_registry_auth") or [],
         repin=repin,
         write=write,
@@ -267,18 +360,26 @@ def pin(
         out["model"]["commit"] = result["model"]["commit"]
     if image and image.get("ref") in (result.get("images") or {}):
         out["engine"]["image"]["digest"] = result["images"][image["ref"]]["digest"]
+    sources = dict((doc.get("pins") or {}).get("sources") or {})
+    if result.get("model"):
+        sources["model"] = _MODEL_SOURCE.get(result["model"]["source"], sources.get("model") or "inventory")
+    if image and image.get("ref") in (result.get("images") or {}):
+        sources["image"] = _IMAGE_SOURCE.get(result["images"][image["ref"]]["source"], "inventory")
     out["pins"] = {
         "resolved": not problems,
         "lock": result.get("lock"),
         "problems": [p.to_dict() for p in problems],
+        "sources": sources,
     }
     out["hash"] = content_hash(out)
     return out
 
 
 def canonical(doc: dict[str, Any]) -> str:
-    """Canonical JSON of the document's content: sorted keys, no run, no hash."""
+    """Canonical JSON of the document's content: sorted keys, no run, no hash, no pins.sources."""
     body = {k: v for k, v in doc.items() if k not in ("run", "hash")}
+    if isinstance(body.get("pins"), dict) and "sources" in body["pins"]:
+        body["pins"] = {k: v for k, v in body["pins"].items() if k != "sources"}
     return json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
 
 
@@ -301,6 +402,7 @@ def host_view(doc: dict[str, Any], host: str) -> dict[str, Any]:
         "address": None,
         "rank": None,
         "config_patches": [],
+        "packages": [],
         "plan": None,
     }
     return view

@@ -4,14 +4,21 @@ A model revision that is a branch (``main``) is resolved to its commit at the hu
 to its manifest digest at its registry. Both are recorded in a lock file next to the inventory,
 ``<inventory_dir>/llmb.lock.json``::
 
-    {"model": {"repo_id": ..., "revision": "main", "commit": "<40 hex>", "resolved_at": ...,
+    {"engine": {"name": "vllm", "version": "0.33.0", "resolved_at": ...},
+     "model": {"repo_id": ..., "revision": "main", "commit": "<40 hex>", "resolved_at": ...,
                "endpoint": "https://huggingface.co"},
      "images": {"vllm/vllm-openai:v0.19.1": "sha256:..."}}
 
-so that every node gets the same commit and digest, and the next run (or a DR run from the same
-inventory) uses the recorded ones without asking the hub or the registry, until asked to move
-(``LLMB_REPIN=1`` or ``-e llmb_repin=true``). A lock entry whose repo_id / revision no longer
-matches the inventory is resolved again. A 40-hex revision, an ``image@sha256:`` reference or an
+so that every node gets the same engine release, commit and digest, and the next run (or a DR run
+from the same inventory) uses the recorded ones without asking the hub or the registry, until asked
+to move (``LLMB_REPIN=1`` or ``-e llmb_repin=true``). A lock entry whose repo_id / revision (engine
+name) no longer matches the inventory is resolved again.
+
+The engine release: an inventory that sets ``llmb_engine_version`` decides it; one that leaves it
+unset gets the locked release (:func:`resolve_engine`), else the newest shipped one, which the first
+bring-up records. Shipping a newer release in this repository therefore changes nothing for an
+inventory that has a lock; the image of a container install follows the release, its digest is
+locked per reference. A 40-hex revision, an ``image@sha256:`` reference or an
 ``engine_image_pins`` digest is a pin already: no network is used for it.
 
 Entry point for the stages: :func:`resolve_pins`. Controller side only (huggingface_hub is
@@ -84,8 +91,11 @@ def read_lock(path: Path) -> dict[str, Any]:
         doc = json.loads(text)
     except ValueError as exc:
         doc = exc
-    if not isinstance(doc, dict) or not isinstance(doc.get("images", {}), dict) or not isinstance(
-        doc.get("model", {}), dict
+    if (
+        not isinstance(doc, dict)
+        or not isinstance(doc.get("images", {}), dict)
+        or not isinstance(doc.get("model", {}), dict)
+        or not isinstance(doc.get("engine", {}), dict)
     ):
         raise PinError(
             Problem(
@@ -114,6 +124,51 @@ def repin_requested(value: Any = None, env: dict[str, str] | None = None) -> boo
 
 def _now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+# ----------------------------------------------------------------------------- engine release
+
+
+def resolve_engine(
+    engine: str | None,
+    inventory_version: Any,
+    shipped: list[str],
+    lock: dict[str, Any],
+    *,
+    repin: bool = False,
+) -> tuple[str | None, str]:
+    """(version, source) of the engine release; source is "inventory", "lock" or "default".
+
+    ``inventory_version``: llmb_engine_version (None when unset); ``shipped``: the releases this
+    repository ships, oldest first. The inventory's value wins; else the lock's entry for the same
+    engine unless ``repin``; else the newest shipped (None when there is none: the planner reports
+    it). A locked release this repository no longer ships is a PinError naming both ways out.
+    """
+    if inventory_version not in (None, ""):
+        return str(inventory_version), "inventory"
+    entry = lock.get("engine") or {}
+    locked = entry.get("version")
+    if not repin and engine and entry.get("name") == engine and isinstance(locked, str) and locked:
+        if locked not in shipped:
+            raise PinError(
+                Problem(
+                    "pins",
+                    f"the lock pins {engine} {locked}, a release this repository no longer ships",
+                    found=f"engine: {engine} {locked} in {LOCK_NAME}",
+                    expected=", ".join(shipped) or "a shipped release",
+                    fix="set llmb_engine_version to a shipped release, or run with LLMB_REPIN=1 to move to "
+                    f"the newest shipped ({shipped[-1] if shipped else 'none'})",
+                )
+            )
+        return locked, "lock"
+    return (shipped[-1] if shipped else None), "default"
+
+
+def locked_engine(engine: str | None, lock: dict[str, Any]) -> str | None:
+    """The release the lock records for ``engine`` (None when none)."""
+    entry = lock.get("engine") or {}
+    version = entry.get("version")
+    return str(version) if engine and entry.get("name") == engine and version else None
 
 
 # ----------------------------------------------------------------------------- model
@@ -431,6 +486,7 @@ def resolve_pins(
     hf_token: str | None = None,
     images: list[str] | tuple[str, ...] = (),
     image_pins: dict[str, Any] | None = None,
+    engine: dict[str, Any] | None = None,
     registry_auth: list[dict[str, Any]] | None = None,
     insecure_registries: list[str] | None = None,
     repin: bool | None = None,
@@ -449,6 +505,8 @@ def resolve_pins(
       ``image_pins``: engine_image_pins ({ref: {digest, id}}); ``registry_auth``:
       engine_image_registry_auth ([{registry, username, password}]); ``insecure_registries``:
       host[:port] spoken to over plain HTTP (localhost and 127.0.0.0/8 always are).
+    - ``engine``: {name, version} of the release the deployment runs (resolve_engine chose it);
+      recorded in the lock when it is not what the lock holds.
     - ``repin``: move the locked pins (None: LLMB_REPIN from the environment); ``write``: update
       ``<inventory_dir>/llmb.lock.json`` (False in check mode).
 
@@ -466,6 +524,12 @@ def resolve_pins(
     except PinError as err:
         return pins, [err.problem]
     new_lock: dict[str, Any] = {"model": dict(lock.get("model") or {}), "images": dict(lock.get("images") or {})}
+    if lock.get("engine"):
+        new_lock["engine"] = dict(lock["engine"])
+    if engine and engine.get("name") and engine.get("version"):
+        entry = {"name": str(engine["name"]), "version": str(engine["version"])}
+        if {k: (lock.get("engine") or {}).get(k) for k in entry} != entry:
+            new_lock["engine"] = dict(entry, resolved_at=_now())
     hub = (hf_endpoint or "").rstrip("/") or DEFAULT_HUB
     if repo_id:
         try:
@@ -501,7 +565,7 @@ def resolve_pins(
         return pins, problems
     if not new_lock["model"]:
         new_lock.pop("model")
-    if new_lock != lock and (new_lock.get("model") or new_lock["images"]):
+    if new_lock != lock and (new_lock.get("model") or new_lock["images"] or new_lock.get("engine")):
         try:
             pins["lock_written"] = write_lock(path, new_lock)
         except OSError as exc:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 
 from ansible.errors import AnsibleFilterError
-from llmbctl.deployment import DeploymentError, dumps, host_view, pin, resolve, validate_run_id
+from llmbctl.deployment import DeploymentError, build, dumps, host_view, validate_run_id
 from llmbctl.planner import PlanError, Problem, check, plan
 from llmbctl.planner.inventory import is_checked_name
 
@@ -25,13 +25,14 @@ def llmb_deployment(
 ):
     """The deployment document of the inventory (planned: false and problems when it cannot be planned).
 
-    inventory_dir: where llmb.lock.json keeps the pins; given, the model commit and the image digests
-    are resolved (hub, registry) and locked there (not written in check mode)."""
+    inventory_dir: where llmb.lock.json keeps the pins; given, the engine release comes from it when
+    the inventory leaves llmb_engine_version unset, the model commit and the image digests are
+    resolved (hub, registry), and all are locked there (not written in check mode)."""
     try:
         rid = validate_run_id(run_id) if run_id is not None else None
     except DeploymentError as err:
         raise AnsibleFilterError(str(err)) from None
-    doc = resolve(
+    return build(
         hostvars,
         dict(groups),
         rid,
@@ -39,10 +40,9 @@ def llmb_deployment(
         data_dir,
         host_set=host_set_of(hostvars),
         inventory_files=inventory_files_of(hostvars),
+        inventory_dir=str(inventory_dir) if inventory_dir else None,
+        write=not check_mode,
     )
-    if inventory_dir:
-        doc = pin(doc, hostvars, dict(groups), str(inventory_dir), write=not check_mode)
-    return doc
 
 
 def llmb_deployment_json(doc):

@@ -3,15 +3,22 @@ decode group, the REAL router package (sglang-router from the package index, the
 catalog names) on node1, the engine double in prefill/decode mode; then the decode group down,
 reported by host and group.
 
-The services run exactly the planner's argv for a 1P1D inventory of these two nodes (the engine's
-interpreter replaced by the node's python3 with the double and the router on its path), as transient
-systemd units. Shares the session's cluster (tests/e2e/conftest.py); costs a few seconds after it.
+Everything the services run comes from the engine stage (playbooks/engine.yml on a 1P1D inventory
+of these two nodes): the packages each host needs are the deployment document's
+(hosts.<h>.packages, from the launch plan), installed into the engine venv from the nodes'
+wheelhouse, which holds the double as `sglang`, the real router with its dependencies for the
+nodes' Python 3.11 (downloaded once on the controller), and a stand-in for the KV transfer
+library. The engine stage's dry run on the fresh venv names the router's package first. The
+services then run exactly the planner's argv, as transient systemd units. Shares the session's
+cluster (tests/e2e/conftest.py).
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -24,58 +31,90 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
-from llmbctl.catalog import Catalog  # noqa: E402
 from llmbctl.pdhealth import group_report  # noqa: E402
-from llmbctl.planner import plan_inventory  # noqa: E402
 
 VERSION = "0.5.23"
 NODE_DIR = "/opt/llmb/pdsim"
 MODEL_DIR = f"{NODE_DIR}/model"
+WHEELHOUSE = "/opt/llmb/wheelhouse"  # the sim cluster's (scripts/sim-cluster --engine-double)
+PD_VARS = {
+    "llmb_platform": "h800-hgx8", "llmb_model": "kimi-k2-sim", "llmb_engine": "sglang",
+    "llmb_engine_version": VERSION, "llmb_install": "host", "llmb_model_dir": MODEL_DIR,
+    "llmb_cluster_iface": "eth0", "llmb_api_port": 30000, "llmb_health_timeout_s": 60,
+    "llmb_disaggregation": {
+        "prefill": {"group": "prefill_nodes", "tensor_parallel": 8},
+        "decode": {"group": "decode_nodes", "tensor_parallel": 8},
+        "router": {"port": 8100}, "ib_device": "mlx5_0",
+    },
+    # the engine stage offline, from the nodes' wheelhouse, with their own Python (inventories/sim)
+    "engine_host_wheelhouse": WHEELHOUSE, "engine_host_python": "3.11", "engine_host_torch_backend": "",
+}
 
 
-def router_pin() -> str:
-    rules = Catalog(ROOT / "data").engine_overlay("sglang")["pd_router"]
-    return next(r["package"] for r in rules if r.get("package"))
+def pd_inventory(cluster, where: Path) -> Path:
+    """The cluster's hosts with the 1P1D variables and groups: a directory inventory."""
+    where.mkdir(parents=True, exist_ok=True)
+    shutil.copy(cluster.inventory, where / "hosts.yml")
+    (where / "pd.yml").write_text(json.dumps({"all": {"children": {
+        "prefill_nodes": {"hosts": {"node1": {}}}, "decode_nodes": {"hosts": {"node2": {}}}}}}, indent=2) + "\n")
+    (where / "group_vars").mkdir(exist_ok=True)
+    (where / "group_vars" / "all.yml").write_text(json.dumps(PD_VARS, indent=2) + "\n")
+    return where
 
 
-@pytest.fixture(scope="module")
-def router_site() -> Path:
-    """The real router for the nodes' python 3.11 (Debian bookworm), installed once from the index."""
-    pin = router_pin()
-    target = ROOT / ".cache" / "disagg" / pin.replace("==", "-")
-    if not (target / "sglang_router").is_dir():
-        target.mkdir(parents=True, exist_ok=True)
-        subprocess.run([str(ROOT / ".venv/bin/python"), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-                        "--target", str(target), "--python-version", "3.11", "--implementation", "cp",
-                        "--platform", "manylinux2014_x86_64", "--only-binary=:all:", pin], check=True, timeout=600)
-        py311 = shutil.which("python3.11")  # byte-compile for the nodes' 3.11: imports in seconds, not half a minute
-        if py311:
-            subprocess.run([py311, "-m", "compileall", "-q", str(target)], check=False, timeout=600)
+def deployment(cluster, inv: Path) -> dict:
+    """The deployment document stage 0 writes for the inventory (scripts/launch-plan --deployment)."""
+    vault = ["--vault-password-file", cluster.vault_password_file] if cluster.vault_password_file else []
+    out = subprocess.run([str(ROOT / "scripts/launch-plan"), "-i", str(inv), "--deployment", *vault],
+                         capture_output=True, text=True, check=False)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def pd_wheels(packages: list[str]) -> Path:
+    """The wheels the plan's packages need, for the nodes' Python 3.11 (built or downloaded once):
+    the double as sglang==VERSION, the router with its dependencies from the index, and an empty
+    stand-in for the KV transfer library (the double moves no KV: tests/enginesim/pd.py)."""
+    target = ROOT / ".cache" / "wheelhouse-pd"
+    target.mkdir(parents=True, exist_ok=True)
+    build = ROOT / "tests" / "enginesim" / "build_wheel.py"
+    py = str(ROOT / ".venv/bin/python")
+    subprocess.run([py, str(build), str(target), "--name", "sglang", "--version", VERSION], check=True,
+                   capture_output=True)
+    for req in packages:
+        name, version = req.split("==")
+        wheel = f"{re.sub(r'[-.]+', '_', name.lower())}-{version}-"
+        if any(p.name.lower().startswith(wheel) for p in target.glob("*.whl")):
+            continue
+        if name.startswith(("mooncake", "nixl")):
+            subprocess.run([py, str(build), str(target), "--name", name, "--version", version, "--stub",
+                            name.split("-")[0]], check=True, capture_output=True)
+        else:  # the real package (the router): its wheels and its dependencies' for the nodes
+            subprocess.run([py, "-m", "pip", "download", "--quiet", "--disable-pip-version-check", "-d", str(target),
+                            "--python-version", "3.11", "--implementation", "cp", "--platform", "manylinux2014_x86_64",
+                            "--only-binary=:all:", req], check=True, timeout=600)
     return target
 
 
-def plan_1p1d(cluster) -> dict[str, dict]:
-    ips = {n: cluster.ip(n) for n in ("node1", "node2")}
-    shared = {
-        "llmb_platform": "h800-hgx8", "llmb_model": "kimi-k2-sim", "llmb_engine": "sglang",
-        "llmb_engine_version": VERSION, "llmb_install": "host", "llmb_model_dir": MODEL_DIR,
-        "llmb_cluster_iface": "eth0", "llmb_api_port": 30000, "llmb_health_timeout_s": 60,
-        "llmb_disaggregation": {
-            "prefill": {"group": "prefill_nodes", "tensor_parallel": 8},
-            "decode": {"group": "decode_nodes", "tensor_parallel": 8},
-            "router": {"port": 8100}, "ib_device": "mlx5_0",
-        },
-    }
-    hv = {n: dict(shared, ansible_host=ip, llmb_node_ip=ip) for n, ip in ips.items()}
-    groups = {"all": ["node1", "node2"], "accel_nodes": ["node1", "node2"], "prefill_nodes": ["node1"],
-              "decode_nodes": ["node2"]}
-    return {h["host"]: h for h in plan_inventory(hv, groups, str(ROOT / "data")).to_list()}
+def would_install(out: str) -> list[tuple[str, str]]:
+    """(host, what) of each "<host>: would install into <venv>: ..." message of a dry run (lines
+    joined: the callback may fold a long message)."""
+    text = " ".join(out.split())
+    found = []
+    for m in re.finditer(r"(node\d): would install into \S+: ", text):
+        rest = text[m.end():]
+        stop = re.search(r"would install into|TASK \[|ok: \[|changed: \[", rest)
+        found.append((m.group(1), rest[: stop.start() if stop else 400]))
+    return found
 
 
-def start_unit(cluster, node: str, svc: dict, pythonpath: str) -> None:
-    argv = ["python3", *svc["argv"][1:]]  # the engine venv's interpreter -> the node's, with the double
-    env = {**svc["env"], "PYTHONPATH": pythonpath, "LLMB_ENGINESIM_DATA": f"{NODE_DIR}/data",
-           "LLMB_ENGINESIM_LOAD_SECONDS": "0.2", "LLMB_ENGINESIM_DEVICES": "8"}
+def plan_of(doc: dict) -> dict[str, dict]:
+    return {name: h["plan"] for name, h in doc["hosts"].items()}
+
+
+def start_unit(cluster, node: str, svc: dict) -> None:
+    argv = svc["argv"]  # the planner's, run by the engine venv the engine stage installed
+    env = {**svc["env"], "LLMB_ENGINESIM_LOAD_SECONDS": "0.2", "LLMB_ENGINESIM_DEVICES": "8"}
     cluster.node(node, "systemctl", "stop", svc["name"], check=False)
     cluster.node(node, "systemctl", "reset-failed", svc["name"], check=False)
     cluster.node(node, "systemd-run", f"--unit={svc['name']}", *(f"--setenv={k}={v}" for k, v in env.items()),
@@ -122,43 +161,56 @@ def chat(url: str, model: str) -> tuple[int, dict]:
 
 
 @pytest.fixture(scope="module")
-def pd(cluster, router_site):
+def pd(cluster, tmp_path_factory):
     t0 = time.monotonic()
-    plans = plan_1p1d(cluster)
+    pdc = copy.copy(cluster)
+    pdc.inventory = pd_inventory(cluster, tmp_path_factory.mktemp("pd-inventory"))
+    doc = deployment(cluster, pdc.inventory)
+    plans = plan_of(doc)
+    packages = [p for h in doc["hosts"].values() for p in h["packages"]]
+    wheels = pd_wheels(list(dict.fromkeys(packages)))
+    venv = doc["engine"]["venv"]
     for node in ("node1", "node2"):
-        cluster.node(node, "rm", "-rf", NODE_DIR)
-        cluster.node(node, "mkdir", "-p", f"{NODE_DIR}/data", MODEL_DIR)
-        for src, dst in ((ROOT / "tests" / "enginesim", f"{NODE_DIR}/enginesim"),
-                         (ROOT / "data" / "engines", f"{NODE_DIR}/data/engines")):
-            subprocess.run(["docker", "cp", str(src), f"{cluster_name(cluster)}-{node}:{dst}"], check=True)
+        for unit in ("llmb-sglang-prefill", "llmb-sglang-decode", "llmb-sglang-router"):
+            cluster.node(node, "systemctl", "stop", unit, check=False)
+        cluster.node(node, "rm", "-rf", NODE_DIR, venv)
+        cluster.node(node, "mkdir", "-p", MODEL_DIR, WHEELHOUSE)
+        # the nodes' wheelhouse gets the wheels; nothing is copied into the venv
+        subprocess.run(["docker", "cp", f"{wheels}/.", f"{cluster_name(cluster)}-{node}:{WHEELHOUSE}"], check=True)
         config = {"model_type": "kimi_k2", "architectures": ["DeepseekV3ForCausalLM"],
                   "max_position_embeddings": 4096}
         cluster.node(node, "sh", "-c", f"echo {shlex.quote(json.dumps(config))} > {MODEL_DIR}/config.json")
-    subprocess.run(["docker", "cp", str(router_site), f"{cluster_name(cluster)}-node1:{NODE_DIR}/router"], check=True)
-    double_path = f"{NODE_DIR}:{NODE_DIR}/enginesim"
+    steps = {"wheels": time.monotonic() - t0}
+    # the engine stage, dry run first on the fresh venv: it says what it would install, per host
+    dry = pdc.playbook("playbooks/engine.yml", "--check", "--diff")
+    assert dry.rc == 0, dry.out[-4000:]
+    steps["engine dry run"] = time.monotonic() - t0 - sum(steps.values())
+    run = pdc.playbook("playbooks/engine.yml")
+    assert run.rc == 0, run.out[-4000:]
+    steps["engine stage"] = time.monotonic() - t0 - sum(steps.values())
     prefill = next(s for s in plans["node1"]["services"] if s["role"] == "sglang-rank")
     decode = next(s for s in plans["node2"]["services"] if s["role"] == "sglang-rank")
     router = next(s for s in plans["node1"]["services"] if s["role"] == "router")
-    steps = {"copy": time.monotonic() - t0}
-    start_unit(cluster, "node1", prefill, double_path)
-    start_unit(cluster, "node2", decode, double_path)
+    start_unit(cluster, "node1", prefill)
+    start_unit(cluster, "node2", decode)
     for gate in router["after_healthy"]:  # as the serve stage does: the router after both groups
         assert wait_http(gate["url"]) == 200, (gate, logs(cluster))
     steps["groups healthy"] = time.monotonic() - t0 - sum(steps.values())
-    start_unit(cluster, "node1", router, f"{NODE_DIR}/router")
+    start_unit(cluster, "node1", router)
     assert wait_http(router["health"]["url"], 90) == 200, logs(cluster)
     # the router answers /health before it registered its workers: ready once it lists the served name
     models = router["health"]["url"].rsplit("/", 1)[0] + "/v1/models"
     assert wait_models(models, router["api"]["served_model_name"]), logs(cluster)
     steps["router healthy"] = time.monotonic() - t0 - sum(steps.values())
     print("\n[disagg e2e] " + ", ".join(f"{k} {v:.1f} s" for k, v in steps.items()))
-    yield {"plans": plans, "prefill": prefill, "decode": decode, "router": router, "setup_s": time.monotonic() - t0}
+    yield {"doc": doc, "plans": plans, "prefill": prefill, "decode": decode, "router": router, "dry": dry,
+           "run": run, "venv": venv, "setup_s": time.monotonic() - t0}
     for node, svc in (("node1", router), ("node1", prefill), ("node2", decode)):
         cluster.node(node, "systemctl", "kill", "--signal=KILL", svc["name"], check=False)
         cluster.node(node, "systemctl", "stop", svc["name"], check=False)
         cluster.node(node, "systemctl", "reset-failed", svc["name"], check=False)
     for node in ("node1", "node2"):
-        cluster.node(node, "rm", "-rf", NODE_DIR, check=False)
+        cluster.node(node, "rm", "-rf", NODE_DIR, venv, check=False)
 
 
 def cluster_name(cluster) -> str:
@@ -172,6 +224,24 @@ def logs(cluster) -> str:
         res = cluster.node(node, "journalctl", "-u", unit, "-n", "15", "--no-pager", check=False)
         out.append(f"--- {node} {unit}\n{res.stdout[-2500:]}")
     return "\n".join(out)
+
+
+def test_the_engine_stage_installs_what_each_host_runs(cluster, pd):
+    """The router's package on the router host, from the engine stage: named by the dry run on the
+    fresh venv, then installed at its pin in the engine venv (not on node2, which runs no router)."""
+    router_pkg = pd["router"]["packages"][0]
+    assert router_pkg.startswith("sglang-router==")
+    assert pd["doc"]["hosts"]["node1"]["packages"][-1] == router_pkg
+    assert router_pkg not in pd["doc"]["hosts"]["node2"]["packages"]
+    would = would_install(pd["dry"].out)
+    assert any(h == "node1" and router_pkg in line for h, line in would), would
+    assert any(h == "node2" and router_pkg not in line for h, line in would), would
+    name, version = router_pkg.split("==")
+    py = f"{pd['venv']}/bin/python"
+    probe = "import importlib.metadata as m, sys; print(m.version(sys.argv[1]))"
+    assert cluster.node("node1", py, "-c", probe, name).stdout.strip() == version
+    assert cluster.node("node2", py, "-c", probe, name, check=False).returncode != 0
+    assert pd["router"]["argv"][0] == py  # the router runs from the engine venv
 
 
 def test_1p1d_answers_through_the_real_router(cluster, pd):

@@ -2,11 +2,14 @@
 """Package the engine test double as a wheel named like the real engine (test code).
 
     python tests/enginesim/build_wheel.py OUT_DIR [--name vllm] [--version 0.19.1]
+    python tests/enginesim/build_wheel.py OUT_DIR --name mooncake-transfer-engine --version V --stub mooncake
 
 The simulated cluster's engine stage then installs `vllm==0.19.1` from a wheelhouse through the
 same uv code path a real site uses; what lands in the venv is the double (console scripts `vllm`,
 `ray`, `trtllm-serve`, `trtllm-llmapi-launch`, and `python -m sglang.launch_server`), reading the
-flag sets of data/engines/ packed inside. Standard library only; deterministic output.
+flag sets of data/engines/ packed inside. With --stub MODULE the wheel holds only an empty MODULE
+(a library the double does not need, installed because the plan names it: the KV transfer library
+of a prefill/decode group). Standard library only; deterministic output.
 """
 
 from __future__ import annotations
@@ -46,17 +49,19 @@ def _files() -> list[tuple[str, bytes]]:
     return out
 
 
-def build(out_dir: Path, name: str, version: str) -> Path:
+def build(out_dir: Path, name: str, version: str, stub: str | None = None) -> Path:
     dist = f"{name.replace('-', '_')}-{version}"
     info = f"{dist}.dist-info"
-    files = _files()
+    files = _files() if stub is None else [
+        (f"{stub}/__init__.py", f'"""Stand-in {name} {version} for the engine test double (test code)."""\n'.encode())]
     files.append((f"{info}/METADATA", (
         f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
         "Summary: llm-bringup engine test double (not the real engine)\n").encode()))
     files.append((f"{info}/WHEEL", b"Wheel-Version: 1.0\nGenerator: llmb-enginesim\nRoot-Is-Purelib: true\n"
                                    b"Tag: py3-none-any\n"))
-    eps = "[console_scripts]\n" + "".join(f"{k} = {v}\n" for k, v in SCRIPTS.items())
-    files.append((f"{info}/entry_points.txt", eps.encode()))
+    if stub is None:
+        eps = "[console_scripts]\n" + "".join(f"{k} = {v}\n" for k, v in SCRIPTS.items())
+        files.append((f"{info}/entry_points.txt", eps.encode()))
     record = []
     for path, data in files:
         digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
@@ -80,8 +85,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("out", type=Path)
     ap.add_argument("--name", default="vllm")
     ap.add_argument("--version", default="0.19.1")
+    ap.add_argument("--stub", metavar="MODULE", help="an empty package MODULE instead of the double")
     a = ap.parse_args(argv)
-    print(build(a.out, a.name, a.version))
+    print(build(a.out, a.name, a.version, a.stub))
     return 0
 
 

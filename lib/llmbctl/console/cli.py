@@ -8,6 +8,8 @@
 
 Ansible's full output (stdout) and every event (job_events/) stay under
 artifacts/<run-id>/runner/. Plain ansible-playbook keeps working: this only drives it.
+A run gets only the environment it needs, and its secrets (HF_TOKEN, ...) never enter what the
+runner writes: llmb.console.runenv.
 Exit status: 0 verdict OK, 1 failed, 2 bad input (a message naming it; an inventory stage 0 refuses,
 with its problems listed last).
 """
@@ -29,6 +31,7 @@ from llmb.stages import BY_NAME
 
 from llmbctl import REPO_ROOT
 
+from . import runenv
 from .progress import FAILED, OK, RUNNING, UNREACHABLE, Progress
 
 ROOT = Path(os.environ.get("LLMB_ROOT") or REPO_ROOT)
@@ -110,10 +113,15 @@ def run_playbook(playbook: str, inventory: str, extra: list[str], run_id: str, e
     private = run_dir / "runner"
     private.mkdir(parents=True, exist_ok=True)
     argv = ["-i", inventory]
+    extra, secret_vars = runenv.split_extra(extra)
     for v in extra:
         argv += ["-e", v]
+    argv.append(playbook)  # after the options: scripts/llmb-playbook passes them all to ansible-playbook
+    plain, secret = runenv.split(os.environ)
+    channel = runenv.SecretChannel(secret, secret_vars)
     env = {"LLMB_RUN_ID": run_id, "LLMB_ARTIFACTS_DIR": str(run_dir), "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
-           "ANSIBLE_NOCOLOR": "1", "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"}
+           "ANSIBLE_NOCOLOR": "1", "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}",
+           **channel.env}
     progress = Progress()
     console = Console(stderr=False)
     t0 = time.monotonic()
@@ -125,9 +133,16 @@ def run_playbook(playbook: str, inventory: str, extra: list[str], run_id: str, e
                 live.update(render(progress, f"{title}  {time.monotonic() - t0:.0f}s"))
             return True  # keep the event in job_events/
 
-        r = ansible_runner.run(private_data_dir=str(private), project_dir=str(ROOT), playbook=playbook,
-                               cmdline=shlex.join(argv), envvars=env, ident=run_id, quiet=True,
-                               event_handler=handler, settings={"suppress_ansible_output": True})
+        try:
+            # ansible_runner.run, with the environment it seeded from os.environ cut to what the run needs
+            r = ansible_runner.interface.init_runner(
+                private_data_dir=str(private), project_dir=str(ROOT), binary=str(ROOT / "scripts/llmb-playbook"),
+                cmdline=shlex.join(argv), envvars=env, ident=run_id, quiet=True, suppress_env_files=True,
+                event_handler=handler, settings={"suppress_ansible_output": True})
+            r.config.env = runenv.runner_env(r.config.env, os.environ, plain, env)
+            r.run()
+        finally:
+            channel.close()
         progress.settle()
         live.update(render(progress, f"{title}  {time.monotonic() - t0:.0f}s"))
     console.print()

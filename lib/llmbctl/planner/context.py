@@ -81,7 +81,10 @@ def _catalog_record(
         return None
 
 
-def resolve(dep: Deployment, data: Catalog) -> tuple[Context | None, list[Problem]]:
+def resolve(
+    dep: Deployment, data: Catalog, default_version: str | None = None
+) -> tuple[Context | None, list[Problem]]:
+    """default_version: the release when llmb_engine_version is unset (the lock's); else the newest."""
     v = dep.vars
     problems: list[Problem] = []
 
@@ -110,6 +113,8 @@ def resolve(dep: Deployment, data: Catalog) -> tuple[Context | None, list[Proble
         except CatalogError as err:
             problems.append(_bad_file("engine-version", err, "fix the flag set file"))
             versions = []
+        if version is None and default_version:
+            version = default_version  # the release the inventory's lock records (llmb.pins)
         if version is None and versions:
             version = versions[-1]  # the default is the newest shipped release (oldest first)
         if version is None:

@@ -41,12 +41,15 @@ def plan_inventory(
     source: str = "inventory",
     host_set: dict | None = None,
     inventory_files: list[str] | None = None,
+    engine_version: str | None = None,
 ) -> Planned:
     """host_set: per host, the names set on the host itself (see inventory.py); inventory_files: the
-    YAML files the inventory was read from, checked for duplicate keys (yamlkeys.py)."""
+    YAML files the inventory was read from, checked for duplicate keys (yamlkeys.py); engine_version:
+    the release when the inventory leaves llmb_engine_version unset (the lock's,
+    llmbctl.pins.resolve_engine); None: the newest shipped."""
     duplicates = duplicate_keys(inventory_files) if inventory_files else []
     try:
-        planned = _plan_inventory(hostvars, groups, data_dir, source, host_set)
+        planned = _plan_inventory(hostvars, groups, data_dir, source, host_set, engine_version)
     except PlanError as err:
         raise PlanError(duplicates + err.problems, source) from None
     if duplicates:
@@ -55,12 +58,13 @@ def plan_inventory(
 
 
 def _plan_inventory(
-    hostvars: Any, groups: dict[str, Any], data_dir: str | None, source: str, host_set: dict | None
+    hostvars: Any, groups: dict[str, Any], data_dir: str | None, source: str, host_set: dict | None,
+    engine_version: str | None = None,
 ) -> Planned:
     dep, problems = read_deployment(hostvars, groups, host_set)
     if dep is None or problems:
         raise PlanError(problems, source)
-    ctx, problems = resolve(dep, Catalog(data_dir))
+    ctx, problems = resolve(dep, Catalog(data_dir), default_version=engine_version)
     if ctx is None:
         raise PlanError(problems, source)
     engine = ENGINES[ctx.engine]

@@ -86,11 +86,17 @@ class Service:
     # health checks that must pass before this service starts (a router after its groups); in the JSON
     # only when set, so plans without one keep their form
     after_healthy: list[dict[str, Any]] = field(default_factory=list)
+    # Python packages (pinned requirements) the service runs beside the engine on a host install (the
+    # PD router, a KV transfer library): the engine stage installs them with the engine; in the JSON
+    # only when set
+    packages: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         out = self._fields()
         if self.after_healthy:
             out["after_healthy"] = [dict(h) for h in self.after_healthy]
+        if self.packages:
+            out["packages"] = list(self.packages)
         return out
 
     def _fields(self) -> dict[str, Any]:

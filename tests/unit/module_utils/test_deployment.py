@@ -167,7 +167,7 @@ def test_verify_only_inventory_gives_a_document_without_plan():
     assert {p["check"] for p in doc["problems"]} == {"required"}
     assert doc["platform"]["name"] == "h100-x1"
     assert doc["hosts"] == {
-        "localhost": {"address": "localhost", "rank": 0, "config_patches": [], "plan": None}
+        "localhost": {"address": "localhost", "rank": 0, "config_patches": [], "packages": [], "plan": None}
     }
     assert doc["engine"]["venv"] is None and doc["model"]["repo_id"] is None
     assert doc["start_levels"] == []
@@ -188,7 +188,7 @@ def test_host_view_has_only_its_own_plan():
     assert view["host"]["plan"] == doc["hosts"]["gpu-h800-02"]["plan"]
     assert view["engine"] == doc["engine"] and view["hash"] == doc["hash"] and view["run"] == doc["run"]
     other = D.host_view(doc, "localhost")["host"]
-    assert other == {"name": "localhost", "address": None, "rank": None, "config_patches": [], "plan": None}
+    assert other == {"name": "localhost", "address": None, "rank": None, "config_patches": [], "packages": [], "plan": None}
 
 
 @pytest.mark.parametrize("bad", ["", ".", "..", "../x", "a/b", "a b", "x" * 129, "r;rm"])

@@ -201,8 +201,10 @@ def pd_services(
 
     plans = services(ctx, topo, ea, per_node=per_node, name=f"llmb-sglang-{role}")
     head = ctx.dep.head
+    packages = transfer_packages(ctx, ea)
     for hp in plans:
         for svc in hp.services:
+            svc.packages = list(packages)
             if hp.host != head.name:
                 continue
             svc.api = None
@@ -211,6 +213,20 @@ def pd_services(
             if role == "prefill":
                 svc.ports.append({"port": bootstrap_port(ctx, ea.values), "purpose": "disaggregation-bootstrap"})
     return plans
+
+
+def transfer_packages(ctx: Context, ea: EngineArgs) -> list[str]:
+    """The KV transfer library of the group's backend (data/engines/hand/sglang.yml transfer_packages;
+    the backend is the group's --disaggregation-transfer-backend, else the release's default) that a
+    host install needs beside the engine; [] in a container (the image carries it)."""
+    if ctx.v["llmb_install"] == "container":
+        return []
+    backend = ea.values.get("--disaggregation-transfer-backend")
+    if backend is None:
+        backend = (ctx.flagset.flags.get("--disaggregation-transfer-backend") or {}).get("default")
+    table = overlay_for(ctx.data, ctx.engine, ctx.version).get("transfer_packages") or {}
+    package = table.get(str(backend)) if backend is not None else None
+    return [str(package)] if package else []
 
 
 def router_rule(ctx: Context) -> dict[str, Any]:
@@ -285,6 +301,8 @@ def pd_router(ctx: Context, node: Node, prefills: list[Any], decodes: list[Any],
     ]
     svc.notes = [f"{rule.get('kind')}: python -m {rule['module']}"
                  + (f" (package {rule['package']}, installed beside the engine)" if rule.get("package") else "")]
+    if rule.get("package") and not container:
+        svc.packages = [str(rule["package"])]
     if container:
         penv, pdevices, pmounts, pcontainer = common.platform_bits(ctx)
         svc = containers.containerize(ctx, svc, containers.default_image(ctx), [], [], pcontainer)

@@ -166,6 +166,32 @@ def test_1p1d_sample(planned):
     assert router["argv"][1:4] == ["-m", "sglang_router.launch_router", "--pd-disaggregation"]
 
 
+def test_packages_each_host_runs_come_from_the_catalog():
+    """The router's package on the router host, the transfer library of the backend on every group
+    node (the release's default backend, or the inventory's); none in a container (the image has them)."""
+    from llmbctl import deployment as D
+
+    data = Catalog(REPO / "data")
+    router_pkg = sglang.router_rule(SimpleNamespace(data=data, engine="sglang", version="0.5.23"))["package"]
+    moon = data.engine_overlay("sglang")["transfer_packages"]["mooncake"]
+    nixl = data.engine_overlay("sglang")["transfer_packages"]["nixl"]
+    doc = D.resolve(*load_inventory("h200-1p1d"))
+    assert doc["hosts"]["gpu-h200-01"]["packages"] == [moon, router_pkg]
+    assert doc["hosts"]["gpu-h200-02"]["packages"] == [moon]
+    router = service(doc["hosts"]["gpu-h200-01"]["plan"], "llmb-sglang-router")
+    assert router["packages"] == [router_pkg] and router_pkg == "sglang-router==0.3.2"
+
+    hv, groups = load_inventory("h200-1p1d")
+    for v in hv.values():
+        v["llmb_disaggregation"] = dict(v["llmb_disaggregation"], transfer_backend="nixl")
+    assert D.resolve(hv, groups)["hosts"]["gpu-h200-02"]["packages"] == [nixl]
+    hv, groups = load_inventory("h200-1p1d")
+    for v in hv.values():
+        v["llmb_install"] = "container"
+    doc = D.resolve(hv, groups)
+    assert doc["planned"] and all(h["packages"] == [] for h in doc["hosts"].values())
+
+
 # --------------------------------------------------------------------------- refused in stage 0
 def plan_with(name: str, change) -> list:
     hv, groups = load_inventory(name)
