@@ -46,7 +46,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import yaml
@@ -54,7 +53,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "tests" / "perf"))
-from bench_verify import NO_FABRIC, probe_commands, run_ssh, run_verify, ssh_args  # noqa: E402
+from bench_verify import NO_FABRIC, probe_commands, run_ssh, run_verify, ssh_args, timed_on_every_host  # noqa: E402
 from llmb.sshmesh import failures, mesh_pairs, rotate, ssh_argv  # noqa: E402
 from perf_common import ansible_env, cluster, inventory_hosts  # noqa: E402
 
@@ -132,14 +131,7 @@ def mesh_ssh_loop(hosts: list[dict], mode: str = MESH_MODE) -> float:
         r = subprocess.run([*ssh_args(h, cp), script(h)], capture_output=True, text=True, check=False)
         return len(r.stdout.split())
 
-    with ThreadPoolExecutor(len(hosts)) as ex:  # warm-up: control masters up, as for verify
-        list(ex.map(lambda h: subprocess.run([*ssh_args(h, cp), "true"], check=True), hosts))
-    t0 = time.perf_counter()
-    with ThreadPoolExecutor(len(hosts)) as ex:
-        answers = list(ex.map(one, hosts))
-    dt = time.perf_counter() - t0
-    for h in hosts:
-        subprocess.run([*ssh_args(h, cp)[:-1], "-O", "exit", f"root@{h['ip']}"], capture_output=True, check=False)
+    answers, dt = timed_on_every_host(hosts, cp, one)
     if sum(answers) != npairs:
         raise SystemExit(f"the mesh SSH loop got {sum(answers)} answers of {npairs} pairs")
     return dt

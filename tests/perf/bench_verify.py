@@ -28,8 +28,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
@@ -78,6 +80,20 @@ def ssh_args(h: dict, cp: Path) -> list[str]:
             "-o", "ControlMaster=auto", "-o", f"ControlPath={cp}/%C", "-o", "ControlPersist=120", f"root@{h['ip']}"]
 
 
+def timed_on_every_host(hosts: list[dict], cp: Path, one: Callable[[dict], Any]) -> tuple[list, float]:
+    """``one`` on every host at once over warm SSH control masters (under ``cp``): its answers, the seconds
+    taken (the warm-up and the masters' exit not counted)."""
+    with ThreadPoolExecutor(len(hosts)) as ex:  # warm-up: control masters up
+        list(ex.map(lambda h: subprocess.run([*ssh_args(h, cp), "true"], check=True), hosts))
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(len(hosts)) as ex:
+        answers = list(ex.map(one, hosts))
+    dt = time.perf_counter() - t0
+    for h in hosts:
+        subprocess.run([*ssh_args(h, cp)[:-1], "-O", "exit", f"root@{h['ip']}"], capture_output=True, check=False)
+    return answers, dt
+
+
 def run_ssh(hosts: list[dict], cmds: list[str], one_script: bool) -> float:
     cp = Path(tempfile.mkdtemp(prefix="llmb-vcp-"))
 
@@ -89,14 +105,7 @@ def run_ssh(hosts: list[dict], cmds: list[str], one_script: bool) -> float:
             out += len(r.stdout)
         return out
 
-    with ThreadPoolExecutor(len(hosts)) as ex:  # warm-up: control masters up
-        list(ex.map(lambda h: subprocess.run([*ssh_args(h, cp), "true"], check=True), hosts))
-    t0 = time.perf_counter()
-    with ThreadPoolExecutor(len(hosts)) as ex:
-        sizes = list(ex.map(one_host, hosts))
-    dt = time.perf_counter() - t0
-    for h in hosts:
-        subprocess.run([*ssh_args(h, cp)[:-1], "-O", "exit", f"root@{h['ip']}"], capture_output=True, check=False)
+    sizes, dt = timed_on_every_host(hosts, cp, one_host)
     if min(sizes) < 10000:
         raise SystemExit(f"the SSH loop got too little output ({min(sizes)} bytes from one host): probes failed?")
     return dt

@@ -4,6 +4,8 @@ joined its store on --master-port; it refuses what the real engine refuses: a no
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 from enginesim_helpers import Proc, cli, free_port, make_model, run, sim_env, wait_healthy, wait_port
 
@@ -33,17 +35,24 @@ def follower(tmp_path, model, api, master, rank, nnodes=2, headless=True, addr="
     return Proc(argv, sim_env(tmp_path / name), tmp_path / f"{name}.log")
 
 
-def test_node_rank_0_serves_once_the_headless_node_joined(tmp_path, model):
+@contextlib.contextmanager
+def two_nodes_serving(tmp_path, model):
+    """Node rank 0 and a headless node rank 1, serving: (rank 0, rank 1)."""
     api, master = free_port(), free_port()
     with rank0(tmp_path, model, api, master) as r0:
         wait_port(master)
         with follower(tmp_path, model, api, master, 1) as r1:
             wait_healthy(api, r0)
-            assert "All 2 nodes joined (TP 16 x PP 1 = 16 ranks)" in r0.output()
-            assert "node rank 1 of 2, ranks 8..15 of 16" in r1.output()
-            r0.stop()
-            assert r1.wait(15) == 1  # a headless node does not outlive node rank 0
-            assert "lost the connection to the node rank 0" in r1.output()
+            yield r0, r1
+
+
+def test_node_rank_0_serves_once_the_headless_node_joined(tmp_path, model):
+    with two_nodes_serving(tmp_path, model) as (r0, r1):
+        assert "All 2 nodes joined (TP 16 x PP 1 = 16 ranks)" in r0.output()
+        assert "node rank 1 of 2, ranks 8..15 of 16" in r1.output()
+        r0.stop()
+        assert r1.wait(15) == 1  # a headless node does not outlive node rank 0
+        assert "lost the connection to the node rank 0" in r1.output()
 
 
 def test_a_node_rank_above_0_without_headless_is_refused(tmp_path, model):
@@ -95,13 +104,9 @@ def test_each_node_needs_its_share_of_the_ranks_on_its_own_gpus(tmp_path, model)
 
 
 def test_a_node_that_dies_takes_node_rank_0_down(tmp_path, model):
-    api, master = free_port(), free_port()
-    with rank0(tmp_path, model, api, master) as r0:
-        wait_port(master)
-        with follower(tmp_path, model, api, master, 1) as r1:
-            wait_healthy(api, r0)
-            r1.p.kill()
-            assert r0.wait(15) == 1
+    with two_nodes_serving(tmp_path, model) as (r0, r1):
+        r1.p.kill()
+        assert r0.wait(15) == 1
     assert "node rank 1 (pid " in r0.output() and "is gone: a worker of the group died" in r0.output()
 
 

@@ -32,10 +32,8 @@ def _up(tmp_path, inventory: Path, *extra: str) -> tuple[subprocess.CompletedPro
 
 
 @pytest.fixture
-def refused_inventory(tmp_path):
-    inv = tmp_path / "h100"
-    shutil.copytree(ROOT / "inventories" / "h100", inv)
-    return inv
+def refused_inventory(h100_inventory):
+    return h100_inventory
 
 
 def test_llmb_up_refused_inventory_shows_the_problems(tmp_path, refused_inventory):

@@ -3,6 +3,7 @@
 from pathlib import Path
 
 import pytest
+from llmb.hw import ParseError, parse
 
 ROOT = Path(__file__).resolve().parents[4]
 FIXTURES = (ROOT / ".." / "shared" / "fixtures").resolve()
@@ -18,3 +19,10 @@ def fixture_text(rel: str) -> str:
 
 def data_text(name: str) -> str:
     return (DATA / name).read_text(encoding="utf-8")
+
+
+def assert_refused(kind: str, damaged: dict[str, str]) -> None:
+    """Each damaged text, parsed as ``kind``, raises ParseError with the message its pattern matches."""
+    for text, match in damaged.items():
+        with pytest.raises(ParseError, match=match):
+            parse(text, kind)

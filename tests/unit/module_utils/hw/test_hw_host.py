@@ -1,7 +1,7 @@
 """Host parsers: numactl, lscpu (text / JSON), ibstat, ibv_devinfo, sysfs PCI, os-release, probes."""
 
 import pytest
-from conftest import fixture_text
+from conftest import assert_refused, fixture_text
 from llmb.hw import ParseError, parse
 from llmb.hw._text import format_cpulist, parse_cpulist
 
@@ -68,10 +68,9 @@ def test_lscpu_text_and_json_agree_real_h100():
 
 
 def test_lscpu_damaged():
-    with pytest.raises(ParseError, match="NUMA node\\(s\\): 2"):
-        parse("Architecture: x86_64\nCPU(s): 4\nNUMA node(s): 2\nNUMA node0 CPU(s): 0-3\n", "lscpu")
-    with pytest.raises(ParseError, match="expected JSON"):
-        parse('{"lscpu": [', "lscpu-json")
+    assert_refused("lscpu", {"Architecture: x86_64\nCPU(s): 4\nNUMA node(s): 2\nNUMA node0 CPU(s): 0-3\n":
+                             "NUMA node\\(s\\): 2"})
+    assert_refused("lscpu-json", {'{"lscpu": [': "expected JSON"})
 
 
 def test_ibstat_cx7_ib_and_cx6_eth():

@@ -3,7 +3,7 @@
 import itertools
 
 import pytest
-from conftest import fixture_text
+from conftest import assert_refused, fixture_text
 from llmb.hw import ParseError, parse
 from llmb.hw._text import parse_cpulist
 
@@ -228,10 +228,10 @@ def test_query_real(rel, count, name, mem):
 
 
 def test_query_damaged():
-    with pytest.raises(ParseError, match="row has 2 values, header names 3"):
-        parse("index, name, memory.total [MiB]\n0, NVIDIA H100\n", "nvidia-smi-query")
-    with pytest.raises(ParseError, match="not a --query-gpu CSV header"):
-        parse("Failed to initialize NVML: Unknown Error\n", "nvidia-smi-query")
+    assert_refused("nvidia-smi-query", {
+        "index, name, memory.total [MiB]\n0, NVIDIA H100\n": "row has 2 values, header names 3",
+        "Failed to initialize NVML: Unknown Error\n": "not a --query-gpu CSV header",
+    })
 
 
 # --------------------------------------------------------------------------- default table

@@ -88,10 +88,8 @@ def main(capsys, *args):
 
 
 @pytest.fixture
-def inv(tmp_path):
-    target = tmp_path / "inv"
-    shutil.copytree(REPO / "inventories" / "h100", target)
-    return target
+def inv(h100_inventory):
+    return h100_inventory
 
 
 def test_yaml_error_in_group_vars_names_file_and_line(inv, capsys):

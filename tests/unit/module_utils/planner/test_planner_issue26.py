@@ -251,8 +251,9 @@ def test_trtllm_ipv6_cluster_address_is_refused_with_the_reason():
 
 
 # ------------------------------------------------ 1. cross-service agreement (prefill/decode)
-def _pd(change):
-    hv, groups = load_inventory("h200-1p1d")
+def _pd(change, sample="h200-1p1d"):
+    """The sample's inventory with ``change`` applied to a copy of every host's llmb_disaggregation."""
+    hv, groups = load_inventory(sample)
     for host in hv.values():
         dis = {k: (dict(v) if isinstance(v, dict) else v) for k, v in host["llmb_disaggregation"].items()}
         change(dis)
@@ -329,12 +330,7 @@ def test_ktransformers_rules_for_more_gpus_than_the_node_has():
 
 
 def _pd4(change):
-    hv, groups = load_inventory("h200-4p12d")
-    for host in hv.values():
-        dis = {k: (dict(v) if isinstance(v, dict) else v) for k, v in host["llmb_disaggregation"].items()}
-        change(dis)
-        host["llmb_disaggregation"] = dis
-    return hv, groups
+    return _pd(change, "h200-4p12d")
 
 
 def test_two_prefill_instances_behind_one_router():
