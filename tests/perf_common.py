@@ -5,12 +5,41 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SIM = ROOT / "scripts" / "sim-cluster"
+
+
+class Run:
+    """An ansible-playbook run: its exit status, its output (stdout then stderr), how long it took."""
+
+    def __init__(self, proc: subprocess.CompletedProcess, seconds: float):
+        self.rc = proc.returncode
+        self.out = proc.stdout + proc.stderr
+        self.seconds = seconds
+
+    def recap(self) -> dict[str, dict[str, int]]:
+        rows = {}
+        for m in re.finditer(r"^(\S+)\s+: ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", self.out, re.M):
+            rows[m.group(1)] = {"ok": int(m.group(2)), "changed": int(m.group(3)),
+                                "unreachable": int(m.group(4)), "failed": int(m.group(5))}
+        return rows
+
+    def changed_tasks(self) -> list[str]:
+        tasks, cur = [], None
+        for line in self.out.splitlines():
+            if line.startswith("TASK ["):
+                cur = line
+            elif line.startswith("changed:") and cur:
+                tasks.append(f"{cur} {line}")
+        return tasks
+
+    def tail(self, n: int = 6000) -> str:
+        return self.out[-n:]
 
 
 def ansible_env(mitogen: bool = False) -> dict[str, str]:

@@ -3,48 +3,26 @@ double) and the Hugging Face-compatible test server, shared by every test of the
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-import re
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
-from perf_common import ansible_env  # noqa: E402
+from perf_common import Run, ansible_env  # noqa: E402
 
 CLUSTER = os.environ.get("LLMB_E2E_CLUSTER", "e2e")
 KEEP = os.environ.get("LLMB_E2E_KEEP") == "1"  # leave the cluster up after the session
 LOGIN = os.environ.get("LLMB_E2E_LOGIN", "sudo")  # sudo (NOPASSWD) | sudo-password (vaulted) | root
 NODE_OS = os.environ.get("LLMB_E2E_OS", "bookworm")  # the full suite's node OS (bookworm | trixie)
 # LLMB_E2E_REUSE=1: run against the cluster already up under that name (quick loops)
-
-
-class Run:
-    def __init__(self, proc: subprocess.CompletedProcess, seconds: float):
-        self.rc = proc.returncode
-        self.out = proc.stdout + proc.stderr
-        self.seconds = seconds
-
-    def recap(self) -> dict[str, dict[str, int]]:
-        rows = {}
-        for m in re.finditer(r"^(\S+)\s+: ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", self.out, re.M):
-            rows[m.group(1)] = {"ok": int(m.group(2)), "changed": int(m.group(3)),
-                                "unreachable": int(m.group(4)), "failed": int(m.group(5))}
-        return rows
-
-    def changed_tasks(self) -> list[str]:
-        tasks, cur = [], None
-        for line in self.out.splitlines():
-            if line.startswith("TASK ["):
-                cur = line
-            elif line.startswith("changed:") and cur:
-                tasks.append(f"{cur} {line}")
-        return tasks
 
 
 class Cluster:
@@ -108,25 +86,47 @@ def start_hub(root: Path, state: Path, gw: str) -> tuple[subprocess.Popen, str]:
     raise RuntimeError("the test hub server wrote no port within 60 s")
 
 
-@pytest.fixture(scope="session")
-def cluster(tmp_path_factory):
-    sim = str(ROOT / "scripts/sim-cluster")
-    reuse = os.environ.get("LLMB_E2E_REUSE") == "1" and (ROOT / ".cache/sim" / CLUSTER / "hosts.yml").exists()
-    if not reuse:
-        subprocess.run([sim, "up", "--name", CLUSTER, "--nodes", "2", "--profile", "h800-hgx8", "--engine-double",
-                        "--vars-from", str(ROOT / "inventories/sim"), "--login", LOGIN, "--os", NODE_OS], check=True)
-    inv = Path(subprocess.run([sim, "inventory", "--name", CLUSTER], capture_output=True, text=True,
-                              check=True).stdout.strip())
-    hf_root = tmp_path_factory.mktemp("hub")
-    state = tmp_path_factory.mktemp("hubstate")
-    gw = _gateway(f"llmb-{CLUSTER}")
+SIM = str(ROOT / "scripts/sim-cluster")
+
+
+def sim_up(name: str, *extra: str) -> Path:
+    """`sim-cluster up` of a 2-node H800-like cluster with the engine double (``extra``: more of its
+    options): the cluster's inventory."""
+    subprocess.run([SIM, "up", "--name", name, "--nodes", "2", "--profile", "h800-hgx8", "--engine-double", *extra],
+                   check=True)
+    return sim_inventory(name)
+
+
+def sim_inventory(name: str) -> Path:
+    return Path(subprocess.run([SIM, "inventory", "--name", name], capture_output=True, text=True,
+                               check=True).stdout.strip())
+
+
+@contextlib.contextmanager
+def hub_for(name: str, tmp_path_factory, tag: str = "") -> Iterator[tuple[Path, str]]:
+    """The test hub on cluster ``name``'s network while the block runs: (its root, its URL). After the
+    block the hub stops and the cluster goes down (unless LLMB_E2E_KEEP=1)."""
+    hub = tmp_path_factory.mktemp("hub" + tag)
+    state = tmp_path_factory.mktemp("hubstate" + tag)
+    gw = _gateway(f"llmb-{name}")
     srv = None
     try:
-        srv, url = start_hub(hf_root, state, gw)
-        yield Cluster(inv, url, hf_root)
+        srv, url = start_hub(hub, state, gw)
+        yield hub, url
     finally:
         if srv is not None:
             srv.terminate()
             srv.wait(10)
         if not KEEP:
-            subprocess.run([sim, "down", "--name", CLUSTER], capture_output=True)
+            subprocess.run([SIM, "down", "--name", name], capture_output=True)
+
+
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory):
+    reuse = os.environ.get("LLMB_E2E_REUSE") == "1" and (ROOT / ".cache/sim" / CLUSTER / "hosts.yml").exists()
+    if reuse:
+        inv = sim_inventory(CLUSTER)
+    else:
+        inv = sim_up(CLUSTER, "--vars-from", str(ROOT / "inventories/sim"), "--login", LOGIN, "--os", NODE_OS)
+    with hub_for(CLUSTER, tmp_path_factory) as (hf_root, url):
+        yield Cluster(inv, url, hf_root)

@@ -10,13 +10,11 @@ LLMB_E2E_LOGIN, default a NOPASSWD sudo user); here, cheaply:
 from __future__ import annotations
 
 import json
-import subprocess
 import time
-from pathlib import Path
 
 import pytest
 from checkmode import compare
-from conftest import CLUSTER, KEEP, NODE_OS, ROOT, Cluster, _gateway, start_hub
+from conftest import CLUSTER, NODE_OS, ROOT, Cluster, hub_for, sim_up
 
 OTHER_OS = "trixie" if NODE_OS == "bookworm" else "bookworm"
 # the engine venv's Python is the node's own (offline wheelhouse: uv cannot download one); inventories/sim
@@ -38,29 +36,13 @@ def test_root_login_finds_the_converged_cluster_unchanged(cluster):
 @pytest.fixture(scope="module")
 def other_os_cluster(tmp_path_factory):
     name = f"{CLUSTER}-{OTHER_OS}"
-    sim = str(ROOT / "scripts/sim-cluster")
     t0 = time.monotonic()
-    subprocess.run([sim, "up", "--name", name, "--nodes", "2", "--profile", "h800-hgx8", "--engine-double",
-                    "--vars-from", str(ROOT / "inventories/sim"), "--os", OTHER_OS, "--login", "sudo-password"],
-                   check=True)
+    inv = sim_up(name, "--vars-from", str(ROOT / "inventories/sim"), "--os", OTHER_OS, "--login", "sudo-password")
     up_s = time.monotonic() - t0
-    inv = Path(subprocess.run([sim, "inventory", "--name", name], capture_output=True, text=True,
-                              check=True).stdout.strip())
-    state = tmp_path_factory.mktemp("hubstate-other")
-    hub = tmp_path_factory.mktemp("hub-other")
-    gw = _gateway(f"llmb-{name}")
-    srv = None
-    try:
-        srv, url = start_hub(hub, state, gw)
+    with hub_for(name, tmp_path_factory, "-other") as (hub, url):
         c = Cluster(inv, url, hub)
         c.up_seconds = up_s
         yield c
-    finally:
-        if srv is not None:
-            srv.terminate()
-            srv.wait(10)
-        if not KEEP:
-            subprocess.run([sim, "down", "--name", name], capture_output=True)
 
 
 def test_other_os_with_vaulted_sudo_password_dry_run_then_bring_up(other_os_cluster):

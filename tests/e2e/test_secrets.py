@@ -28,10 +28,9 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from conftest import CLUSTER, KEEP, ROOT, _gateway, start_hub
+from conftest import CLUSTER, ROOT, hub_for, sim_up
 
 NAME = f"{CLUSTER}-secrets"
-SIM = str(ROOT / "scripts/sim-cluster")
 # where the nodes keep what the stages write (configuration, units, logs, the run's files)
 NODE_DIRS = ["/etc/llmb", "/etc/systemd/system", "/opt/llmb/run", "/var/log", "/root", "/home/ops", "/tmp"]
 
@@ -66,10 +65,7 @@ def become_password(inventory: Path, vault_pass: Path) -> str:
 def planted_cluster(tmp_path_factory):
     """A fresh 2-node cluster, login sudo-password, inventories/sim's variables with the API key
     vaulted: (inventory, vault password file, hub URL, {name: planted value})."""
-    subprocess.run([SIM, "up", "--name", NAME, "--nodes", "2", "--profile", "h800-hgx8", "--engine-double",
-                    "--login", "sudo-password"], check=True)
-    inv = Path(subprocess.run([SIM, "inventory", "--name", NAME], capture_output=True, text=True,
-                              check=True).stdout.strip())
+    inv = sim_up(NAME, "--login", "sudo-password")
     sd = inv.parent
     vault_pass = sd / "vault-pass"
     gv = sd / "group_vars"
@@ -89,23 +85,13 @@ def planted_cluster(tmp_path_factory):
         "llmb_api_key": api_key,
         "ansible_become_password": become_password(inv, vault_pass),
     }
-    state = tmp_path_factory.mktemp("hubstate-secrets")
-    hub = tmp_path_factory.mktemp("hub-secrets")
-    srv = None
-    try:
-        srv, url = start_hub(hub, state, _gateway(f"llmb-{NAME}"))
+    with hub_for(NAME, tmp_path_factory, "-secrets") as (_hub, url):
         # the hub asks for the planted token: a run that answers proves HF_TOKEN reached the weights stage
         req = urllib.request.Request(url + "/_test/config", method="POST", headers={"Content-Type": "application/json"},
                                      data=json.dumps({"token": planted["HF_TOKEN"]}).encode())
         with urllib.request.urlopen(req, timeout=10) as resp:
             assert json.loads(resp.read())["token_set"] is True
         yield inv, vault_pass, url, planted
-    finally:
-        if srv is not None:
-            srv.terminate()
-            srv.wait(10)
-        if not KEEP:
-            subprocess.run([SIM, "down", "--name", NAME], capture_output=True)
 
 
 def llmb(*args: str, env: dict[str, str], timeout: int = 1800) -> subprocess.CompletedProcess:

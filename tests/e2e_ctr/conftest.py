@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -27,7 +26,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
-from perf_common import ansible_env  # noqa: E402
+from perf_common import Run, ansible_env  # noqa: E402
 
 CLUSTER = os.environ.get("LLMB_CTR_CLUSTER", "ctr")
 KEEP = os.environ.get("LLMB_CTR_KEEP") == "1"  # leave the cluster (and registry) up after the session
@@ -53,32 +52,6 @@ RECIPES = {
     "mi300x": Recipe("mi300x", "mi300x-2x8", "mi300x-8", "vllm-rocm"),
     "trtllm": Recipe("trtllm", "h200-trtllm", "h200-hgx8", "trtllm", {"llmb_container_nvidia_gpus": "devices"}),
 }
-
-
-class Run:
-    def __init__(self, proc: subprocess.CompletedProcess, seconds: float):
-        self.rc = proc.returncode
-        self.out = proc.stdout + proc.stderr
-        self.seconds = seconds
-
-    def recap(self) -> dict[str, dict[str, int]]:
-        rows = {}
-        for m in re.finditer(r"^(\S+)\s+: ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", self.out, re.M):
-            rows[m.group(1)] = {"ok": int(m.group(2)), "changed": int(m.group(3)),
-                                "unreachable": int(m.group(4)), "failed": int(m.group(5))}
-        return rows
-
-    def changed_tasks(self) -> list[str]:
-        tasks, cur = [], None
-        for line in self.out.splitlines():
-            if line.startswith("TASK ["):
-                cur = line
-            elif line.startswith("changed:") and cur:
-                tasks.append(f"{cur} {line}")
-        return tasks
-
-    def tail(self, n: int = 6000) -> str:
-        return self.out[-n:]
 
 
 def sh(*argv: str, check: bool = True, timeout: float = 600) -> subprocess.CompletedProcess:
