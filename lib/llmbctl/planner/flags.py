@@ -67,36 +67,21 @@ class EngineArgs:
             spelled = str(raw) if str(raw).startswith("-") else "--" + str(raw)
             owned = self._owned_spelling(spelled.partition("=")[0])
             if owned is not None or "=" in spelled:
-                self.problems.append(
-                    Problem(
-                        check="engine-flag-owned" if owned else "engine-flag-value",
-                        message=f"{spelled} may not be given in llmb_engine_flags_unchecked: "
-                        + (
-                            f"it is {owned}, which the planner sets from the inventory"
-                            if owned
-                            else "it holds a name, not a value"
-                        ),
-                        found=f"{spelled} in llmb_engine_flags_unchecked",
-                        expected="names of flags the pinned flag set lacks",
-                        fix=f"remove it and set {_owner(owned)} instead"
-                        if owned
-                        else f"list {spelled.partition('=')[0]} and give its value in llmb_engine_args",
-                    )
-                )
+                if owned:
+                    why, fix = f"it is {owned}, which the planner sets from the inventory", f"remove it and set {_owner(owned)} instead"
+                else:
+                    why, fix = "it holds a name, not a value", f"list {spelled.partition('=')[0]} and give its value in llmb_engine_args"
+                self.problems.append(_not_unchecked(
+                    "engine-flag-owned" if owned else "engine-flag-value", spelled,
+                    f"{spelled} may not be given in llmb_engine_flags_unchecked: {why}", fix))
                 continue
             known = self.fs.resolve(spelled)
             if known is not None:  # the flag set has it: its value is checked (memory fit included)
-                self.problems.append(
-                    Problem(
-                        check="engine-flag-value",
-                        message=f"{spelled} is a flag of {self.fs.engine} {self.fs.version} ({known[0]}); "
-                        "llmb_engine_flags_unchecked is for flags the pinned flag set lacks",
-                        found=f"{spelled} in llmb_engine_flags_unchecked",
-                        expected="names of flags the pinned flag set lacks",
-                        fix=f"remove {spelled} from llmb_engine_flags_unchecked; "
-                        "give its value in llmb_engine_args",
-                    )
-                )
+                self.problems.append(_not_unchecked(
+                    "engine-flag-value", spelled,
+                    f"{spelled} is a flag of {self.fs.engine} {self.fs.version} ({known[0]}); "
+                    "llmb_engine_flags_unchecked is for flags the pinned flag set lacks",
+                    f"remove {spelled} from llmb_engine_flags_unchecked; give its value in llmb_engine_args"))
                 continue
             self.allow_unchecked.add(spelled)
 
@@ -114,6 +99,18 @@ class EngineArgs:
             if cand in self.fs.planner_owned:
                 return cand
         return None
+
+    def _unknown(self, spelled: str, origin: str, why: str, fix: str) -> Problem:
+        """engine-flag-unknown: ``spelled`` (in ``origin``) is no flag of the pinned release; ``why`` adds
+        what the flag set knows of it."""
+        return Problem(
+            check="engine-flag-unknown",
+            message=f"{spelled} is not a flag of {self.fs.engine} {self.fs.version}{why}; "
+            "the engine would exit at start with 'unrecognized arguments'",
+            found=f"{spelled} in {origin}",
+            expected=f"one of the flags in data/engines/{self.fs.name}.yml",
+            fix=fix,
+        )
 
     def set(self, canon: str, value: Any, origin: str) -> None:
         if canon not in self.fs.flags:
@@ -169,15 +166,10 @@ class EngineArgs:
             if isinstance(value, dict) or (
                 isinstance(value, (list, tuple)) and any(isinstance(v, (list, tuple, dict)) for v in value)
             ):
-                self.problems.append(
-                    Problem(
-                        check="engine-flag-value",
-                        message=f"{spelled} (unchecked) needs a scalar value or a list of scalars",
-                        found=f"{spelled}={value!r} in {origin}",
-                        expected="a string, a number, true/false or a list of them",
-                        fix=f"give {spelled[2:]} one value (JSON text for structured values)",
-                    )
-                )
+                self.problems.append(_bad_value(
+                    spelled, value, origin, f"{spelled} (unchecked) needs a scalar value or a list of scalars",
+                    f"give {spelled[2:]} one value (JSON text for structured values)",
+                    "a string, a number, true/false or a list of them"))
                 return
             self.unchecked[spelled] = value
             self.notes.append(f"{spelled} ({origin}) passed through unchecked (llmb_engine_flags_unchecked)")
@@ -190,29 +182,11 @@ class EngineArgs:
                        f"{release}.yml), or remove it")
             else:
                 fix = "remove it, or pin a release before " + release
-            self.problems.append(
-                Problem(
-                    check="engine-flag-unknown",
-                    message=f"{spelled} is not a flag of {self.fs.engine} {self.fs.version}: it was {how} in "
-                    f"{self.fs.engine} {release}; the engine would exit at start with 'unrecognized arguments'",
-                    found=f"{spelled} in {origin}",
-                    expected=f"one of the flags in data/engines/{self.fs.name}.yml",
-                    fix=fix,
-                )
-            )
+            self.problems.append(self._unknown(spelled, origin, f": it was {how} in {self.fs.engine} {release}", fix))
             return
         if resolved is None:
-            self.problems.append(
-                Problem(
-                    check="engine-flag-unknown",
-                    message=f"{spelled} is not a flag of {self.fs.engine} {self.fs.version}; "
-                    f"the engine would exit at start with 'unrecognized arguments'",
-                    found=f"{spelled} in {origin}",
-                    expected=f"one of the flags in data/engines/{self.fs.name}.yml",
-                    fix=_suggest(self.fs, spelled)
-                    + " If the pinned release does have it, add it to llmb_engine_flags_unchecked.",
-                )
-            )
+            fix = _suggest(self.fs, spelled) + " If the pinned release does have it, add it to llmb_engine_flags_unchecked."
+            self.problems.append(self._unknown(spelled, origin, "", fix))
             return
         canon, negated = resolved
         if self._check_owned(canon, origin, owner_hint):
@@ -234,28 +208,17 @@ class EngineArgs:
                 )
                 return
             if value not in (True, None):
-                self.problems.append(
-                    Problem(
-                        check="engine-flag-value",
-                        message=f"{spelled} takes no value",
-                        found=f"{spelled}={value!r} in {origin}",
-                        fix=f"write {canon[2:]}: false (or {spelled}: true)",
-                    )
-                )
+                self.problems.append(_bad_value(
+                    spelled, value, origin, f"{spelled} takes no value", f"write {canon[2:]}: false (or {spelled}: true)"))
                 return
             value = False
         elif kind in NO_VALUE_TYPES:
             if value is None:
                 value = True
             if not isinstance(value, bool):
-                self.problems.append(
-                    Problem(
-                        check="engine-flag-value",
-                        message=f"{canon} is a switch; its value must be true or false",
-                        found=f"{canon}={value!r} in {origin}",
-                        fix=f"write {canon[2:]}: true" + (" or false" if kind == "bool" else ""),
-                    )
-                )
+                self.problems.append(_bad_value(
+                    canon, value, origin, f"{canon} is a switch; its value must be true or false",
+                    f"write {canon[2:]}: true" + (" or false" if kind == "bool" else "")))
                 return
             if kind == "flag" and value is False:
                 self.values.pop(canon, None)
@@ -374,13 +337,20 @@ def _check_value(fs: FlagSet, canon: str, value: Any, origin: str) -> Problem | 
         bad = f"one of {spec.get('choices')}"
     if bad is None:
         return None
-    return Problem(
-        check="engine-flag-value",
-        message=f"{canon} of {fs.engine} {fs.version} needs {bad}",
-        found=f"{canon}={value!r} in {origin}",
-        expected=bad,
-        fix=f"give {canon[2:]} {bad}",
-    )
+    return _bad_value(canon, value, origin, f"{canon} of {fs.engine} {fs.version} needs {bad}",
+                      f"give {canon[2:]} {bad}", bad)
+
+
+def _bad_value(flag: str, value: Any, origin: str, message: str, fix: str, expected: Any = None) -> Problem:
+    """engine-flag-value: ``flag`` was given ``value`` in ``origin`` (the inventory key it came from)."""
+    return Problem(check="engine-flag-value", message=message, found=f"{flag}={value!r} in {origin}",
+                   expected=expected, fix=fix)
+
+
+def _not_unchecked(check: str, spelled: str, message: str, fix: str) -> Problem:
+    """A name llmb_engine_flags_unchecked may not hold (a flag the planner owns or the flag set has)."""
+    return Problem(check=check, message=message, found=f"{spelled} in llmb_engine_flags_unchecked",
+                   expected="names of flags the pinned flag set lacks", fix=fix)
 
 
 def _owner(canon: str | None) -> str:
