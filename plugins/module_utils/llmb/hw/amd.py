@@ -4,6 +4,8 @@ and rocm-smi (concise table, --showtopo)."""
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from ._text import ParseError, clean_lines, load_json, na, to_float, to_int
 
@@ -308,6 +310,19 @@ def _value_unit(v):
     return None, None
 
 
+def _gpu_objects(text: str, kind: str) -> Iterator[dict]:
+    """The GPU objects of an amd-smi --json output, each checked for its 'gpu' index as it is reached;
+    an output without any is refused once the caller has read them all."""
+    n = 0
+    for g in _gpu_list(_load_json(text, kind), kind):
+        if not isinstance(g, dict) or "gpu" not in g:
+            raise ParseError(kind, "GPU object without a 'gpu' index")
+        n += 1
+        yield g
+    if not n:
+        raise ParseError(kind, "no GPU objects")
+
+
 def _to_mib(v) -> int | None:
     num, unit = _value_unit(v)
     if not isinstance(num, (int, float)):
@@ -319,31 +334,8 @@ def _to_mib(v) -> int | None:
 def parse_amd_smi_static_json(text: str) -> dict:
     kind = "amd-smi-static-json"
     gpus = []
-    for g in _gpu_list(_load_json(text, kind), kind):
-        if not isinstance(g, dict) or "gpu" not in g:
-            raise ParseError(kind, "GPU object without a 'gpu' index")
-        asic = g.get("asic") or {}
-        vram = g.get("vram") or {}
-        driver = g.get("driver") or {}
-        bus = g.get("bus") or {}
-        numa = g.get("numa") or {}
-        gpus.append(
-            {
-                "gpu": g["gpu"],
-                "market_name": na(asic.get("market_name")),
-                "device_id": na(asic.get("device_id")),
-                "target_graphics_version": na(asic.get("target_graphics_version")),
-                "vram_type": na(vram.get("type")),
-                "vram_mib": _to_mib(vram.get("size")),
-                "driver_name": na(driver.get("name")),
-                "driver_version": na(driver.get("version")),
-                "bdf": na(bus.get("bdf")),
-                "numa_node": numa.get("node") if isinstance(numa.get("node"), int) else None,
-                "numa_affinity": numa.get("affinity") if isinstance(numa.get("affinity"), int) else None,
-            }
-        )
-    if not gpus:
-        raise ParseError(kind, "no GPU objects")
+    for g in _gpu_objects(text, kind):
+        gpus.append(_static_gpu(g["gpu"], g, lambda v: v))
     return {"kind": kind, "gpus": gpus}
 
 
@@ -355,9 +347,7 @@ def parse_amd_smi_topology_json(text: str) -> dict:
     status: dict = {}
     weights: dict = {}
     hops: dict = {}
-    for g in _gpu_list(_load_json(text, kind), kind):
-        if not isinstance(g, dict) or "gpu" not in g:
-            raise ParseError(kind, "GPU object without a 'gpu' index")
+    for g in _gpu_objects(text, kind):
         a = f"GPU{g['gpu']}"
         gpus.append({"index": g["gpu"], "bdf": na(g.get("bdf"))})
         links[a], status[a], weights[a], hops[a] = {}, {}, {}, {}
@@ -381,21 +371,15 @@ def parse_amd_smi_topology_json(text: str) -> dict:
                 hops[a][b] = (g.get("hops") or {}).get(key)
         else:
             raise ParseError(kind, f"{a}: neither 'links' nor 'link_type' present")
-    if not gpus:
-        raise ParseError(kind, "no GPU objects")
     return {"kind": kind, "gpus": gpus, "links": links, "link_status": status, "weights": weights, "hops": hops}
 
 
 def parse_amd_smi_list_json(text: str) -> dict:
     kind = "amd-smi-list-json"
     gpus = []
-    for g in _gpu_list(_load_json(text, kind), kind):
-        if not isinstance(g, dict) or "gpu" not in g:
-            raise ParseError(kind, "GPU object without a 'gpu' index")
+    for g in _gpu_objects(text, kind):
         gpus.append({"gpu": g["gpu"], "bdf": na(g.get("bdf")), "uuid": na(g.get("uuid")),
                      "kfd_id": g.get("kfd_id"), "node_id": g.get("node_id"), "partition_id": g.get("partition_id")})
-    if not gpus:
-        raise ParseError(kind, "no GPU objects")
     return {"kind": kind, "gpus": gpus}
 
 
@@ -476,28 +460,34 @@ def parse_amd_smi_list_text(text: str) -> dict:
     return {"kind": kind, "gpus": gpus, "warnings": warnings, "elisions": elided}
 
 
+def _static_gpu(gpu: Any, sections: dict, num: Callable[[Any], Any]) -> dict:
+    """One GPU's static facts from its asic/vram/driver/bus/numa sections, in the JSON form or the text
+    form (``num`` reads a NUMA number there)."""
+    asic, vram, driver = sections.get("asic") or {}, sections.get("vram") or {}, sections.get("driver") or {}
+    bus, numa = sections.get("bus") or {}, sections.get("numa") or {}
+    node, aff = num(numa.get("node")), num(numa.get("affinity"))
+    return {
+        "gpu": gpu,
+        "market_name": na(asic.get("market_name")),
+        "device_id": na(asic.get("device_id")),
+        "target_graphics_version": na(asic.get("target_graphics_version")),
+        "vram_type": na(vram.get("type")),
+        "vram_mib": _to_mib(vram.get("size")),
+        "driver_name": na(driver.get("name")),
+        "driver_version": na(driver.get("version")),
+        "bdf": na(bus.get("bdf")),
+        "numa_node": node if isinstance(node, int) else None,
+        "numa_affinity": aff if isinstance(aff, int) else None,
+    }
+
+
 def parse_amd_smi_static_text(text: str) -> dict:
     """`amd-smi static`: the facts of `amd-smi static --json` from its text form."""
     kind = "amd-smi-static"
     blocks, elided = _amd_text_blocks(text, kind)
     gpus = []
     for gpu, b, _n in blocks:
-        asic, vram, driver = b.get("asic") or {}, b.get("vram") or {}, b.get("driver") or {}
-        bus, numa = b.get("bus") or {}, b.get("numa") or {}
-        node, aff = _num(numa.get("node")), _num(numa.get("affinity"))
-        gpus.append({
-            "gpu": gpu,
-            "market_name": na(asic.get("market_name")),
-            "device_id": na(asic.get("device_id")),
-            "target_graphics_version": na(asic.get("target_graphics_version")),
-            "vram_type": na(vram.get("type")),
-            "vram_mib": _to_mib(vram.get("size")),
-            "driver_name": na(driver.get("name")),
-            "driver_version": na(driver.get("version")),
-            "bdf": na(bus.get("bdf")),
-            "numa_node": node if isinstance(node, int) else None,
-            "numa_affinity": aff if isinstance(aff, int) else None,
-        })
+        gpus.append(_static_gpu(gpu, b, _num))
     return {"kind": kind, "gpus": gpus, "elisions": elided}
 
 
