@@ -7,6 +7,7 @@ import json
 import os
 import re
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -40,6 +41,22 @@ class Run:
 
     def tail(self, n: int = 6000) -> str:
         return self.out[-n:]
+
+
+def run_playbook(inventory: Path, playbook: str, *args: str, run_id: str, log_dir: Path, log_name: str,
+                 env: dict | None = None, timeout: int = 1500) -> Run:
+    """ansible-playbook from the checkout with the tests' environment (LLMB_RUN_ID ``run_id``, no colour,
+    ``env`` on top); its output is kept in ``log_dir``/<log_name>-<epoch seconds>.log."""
+    e = ansible_env()
+    e.update({"LLMB_RUN_ID": run_id, "ANSIBLE_NOCOLOR": "1"})
+    e.update(env or {})
+    t0 = time.monotonic()
+    proc = subprocess.run([str(ROOT / ".venv/bin/ansible-playbook"), "-i", str(inventory), playbook, *args],
+                          cwd=ROOT, env=e, capture_output=True, text=True, timeout=timeout)
+    run = Run(proc, time.monotonic() - t0)
+    log_dir.mkdir(parents=True, exist_ok=True)
+    (log_dir / f"{log_name}-{int(time.time())}.log").write_text(run.out)
+    return run
 
 
 def ansible_env(mitogen: bool = False) -> dict[str, str]:

@@ -16,7 +16,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
-from perf_common import Run, ansible_env  # noqa: E402
+from perf_common import Run, run_playbook  # noqa: E402
 
 CLUSTER = os.environ.get("LLMB_E2E_CLUSTER", "e2e")
 KEEP = os.environ.get("LLMB_E2E_KEEP") == "1"  # leave the cluster up after the session
@@ -36,20 +36,10 @@ class Cluster:
         self.vault_password_file = info.get("vault_password_file")  # --login sudo-password
 
     def playbook(self, playbook: str, *args: str, env: dict | None = None, timeout: int = 1500) -> Run:
-        e = ansible_env()
-        e.update({"LLMB_RUN_ID": f"e2e-{int(time.time() * 1000)}", "ANSIBLE_NOCOLOR": "1"})
-        if self.vault_password_file:
-            e["ANSIBLE_VAULT_PASSWORD_FILE"] = self.vault_password_file
-        e.update(env or {})
-        t0 = time.monotonic()
-        proc = subprocess.run([str(ROOT / ".venv/bin/ansible-playbook"), "-i", str(self.inventory), playbook, *args,
-                               "-e", f"weights_hf_endpoint={self.hf_url}"],
-                              cwd=ROOT, env=e, capture_output=True, text=True, timeout=timeout)
-        run = Run(proc, time.monotonic() - t0)
-        log = ROOT / "artifacts" / "e2e"
-        log.mkdir(parents=True, exist_ok=True)
-        (log / f"{Path(playbook).stem}-{int(time.time())}.log").write_text(run.out)
-        return run
+        vault = {"ANSIBLE_VAULT_PASSWORD_FILE": self.vault_password_file} if self.vault_password_file else {}
+        return run_playbook(self.inventory, playbook, *args, "-e", f"weights_hf_endpoint={self.hf_url}",
+                            run_id=f"e2e-{int(time.time() * 1000)}", log_dir=ROOT / "artifacts" / "e2e",
+                            log_name=Path(playbook).stem, env={**vault, **(env or {})}, timeout=timeout)
 
     def node(self, name: str, *cmd: str, check: bool = True) -> subprocess.CompletedProcess:
         return subprocess.run(["docker", "exec", f"{CLUSTER}-{name}", *cmd], capture_output=True, text=True, check=check)

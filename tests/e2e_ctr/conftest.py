@@ -26,7 +26,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
-from perf_common import Run, ansible_env  # noqa: E402
+from perf_common import Run, run_playbook  # noqa: E402
 
 CLUSTER = os.environ.get("LLMB_CTR_CLUSTER", "ctr")
 KEEP = os.environ.get("LLMB_CTR_KEEP") == "1"  # leave the cluster (and registry) up after the session
@@ -156,17 +156,9 @@ class Ctr:
 
     # ---------------------------------------------------------------- runs
     def playbook(self, recipe: Recipe, *args: str, playbook: Path = PLAYBOOK, timeout: int = 900) -> Run:
-        e = ansible_env()
-        e.update({"LLMB_RUN_ID": f"ctr-{recipe.name}-{int(time.time() * 1000)}", "ANSIBLE_NOCOLOR": "1"})
-        t0 = time.monotonic()
-        proc = subprocess.run([str(ROOT / ".venv/bin/ansible-playbook"), "-i", str(self.inventory_dir(recipe) / "hosts.yml"),
-                               str(playbook), *args, "-e", f"weights_hf_endpoint={self.hf_url}"],
-                              cwd=ROOT, env=e, capture_output=True, text=True, timeout=timeout)
-        run = Run(proc, time.monotonic() - t0)
-        log = ROOT / "artifacts" / "e2e_ctr"
-        log.mkdir(parents=True, exist_ok=True)
-        (log / f"{recipe.name}-{int(time.time())}.log").write_text(run.out)
-        return run
+        return run_playbook(self.inventory_dir(recipe) / "hosts.yml", str(playbook), *args,
+                            "-e", f"weights_hf_endpoint={self.hf_url}", run_id=f"ctr-{recipe.name}-{int(time.time() * 1000)}",
+                            log_dir=ROOT / "artifacts" / "e2e_ctr", log_name=recipe.name, timeout=timeout)
 
     def switch(self, recipe: Recipe) -> Path:
         if self.current != recipe.name:
