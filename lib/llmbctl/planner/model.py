@@ -6,7 +6,7 @@ documented field by field in docs/launch-plan.md. Stdlib only, Python 3.11 compa
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 
@@ -35,14 +35,7 @@ class Problem:
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "check": self.check,
-            "message": self.message,
-            "found": self.found,
-            "expected": self.expected,
-            "fix": self.fix,
-            "host": self.host,
-        }
+        return asdict(self)
 
 
 class PlanError(Exception):
