@@ -56,27 +56,18 @@ def _group_nodes(ctx: Any, role: str, cfg: dict[str, Any], problems: list[Proble
     members = ctx.dep.groups.get(gname)
     by_name = {n.name: n for n in ctx.dep.nodes}
     if not members:
-        problems.append(
-            Problem(
-                check="disaggregation",
-                message=f"the {role} group {gname!r} has no hosts",
-                found=f"{VAR}.{role}.group: {gname}; groups with hosts: "
-                + ", ".join(sorted(g for g, h in ctx.dep.groups.items() if h and g not in ("all", GROUP)))[:200],
-                expected=f"a child group of {GROUP} listing the {role} nodes",
-                fix=f"add 'children: {gname}: hosts: ...' under {GROUP} in hosts.yml, or set {VAR}.{role}.group",
-            )
-        )
+        problems.append(_disagg(
+            f"the {role} group {gname!r} has no hosts",
+            f"{VAR}.{role}.group: {gname}; groups with hosts: "
+            + ", ".join(sorted(g for g, h in ctx.dep.groups.items() if h and g not in ("all", GROUP)))[:200],
+            f"add 'children: {gname}: hosts: ...' under {GROUP} in hosts.yml, or set {VAR}.{role}.group",
+            f"a child group of {GROUP} listing the {role} nodes"))
         return gname, []
     outside = [h for h in members if h not in by_name]
     if outside:
-        problems.append(
-            Problem(
-                check="disaggregation",
-                message=f"hosts of the {role} group {gname!r} are not in {GROUP}",
-                found=outside[:8],
-                fix=f"make {gname} a child group of {GROUP}",
-            )
-        )
+        problems.append(_disagg(
+            f"hosts of the {role} group {gname!r} are not in {GROUP}", outside[:8],
+            f"make {gname} a child group of {GROUP}"))
     nodes = [by_name[h] for h in members if h in by_name]
     head_name = ctx.dep.head.name
     if head_name in members and ctx.v.get("llmb_head"):
@@ -110,30 +101,28 @@ def _topology(g: Group, caps: Any, dp_attention: bool) -> tuple[Topology, list[P
     where = f"{VAR}.{g.role}"
     how = f"TP {tp} (DP {dp} is DP attention inside it)" if dp_attention else f"TP x DP = {tp} x {dp}"
     if world % n != 0 or per_node > dev:
-        problems.append(
-            Problem(
-                check="parallelism",
-                message=f"the {g.role} group {g.name!r}: {how} = {world} devices do not fill its {n} node(s) of "
-                f"{dev} {ctx.platform.device_model} evenly",
-                found=f"{where}.tensor_parallel: {tp}, {where}.data_parallel: {dp}, {n} hosts in {g.name}",
-                expected=f"{world} devices = {n} nodes x up to {dev} (e.g. TP {n * dev})",
-                fix=f"set {where}.tensor_parallel to {n * dev}" + (" and data_parallel to a divisor of it"
-                                                                   if dp_attention else "")
-                + f", or give {g.name} {-(-world // dev)} node(s)",
-            )
-        )
+        problems.append(_disagg(
+            f"the {g.role} group {g.name!r}: {how} = {world} devices do not fill its {n} node(s) of "
+            f"{dev} {ctx.platform.device_model} evenly",
+            f"{where}.tensor_parallel: {tp}, {where}.data_parallel: {dp}, {n} hosts in {g.name}",
+            f"set {where}.tensor_parallel to {n * dev}" + (" and data_parallel to a divisor of it"
+                                                               if dp_attention else "")
+            + f", or give {g.name} {-(-world // dev)} node(s)",
+            f"{world} devices = {n} nodes x up to {dev} (e.g. TP {n * dev})", check="parallelism"))
     if dp_attention and tp % dp != 0:
-        problems.append(
-            Problem(
-                check="parallelism",
-                message=f"the {g.role} group {g.name!r}: DP {dp} does not divide TP {tp}; with --enable-dp-attention "
-                "every DP rank holds TP / DP devices",
-                found=f"{where}.tensor_parallel: {tp}, {where}.data_parallel: {dp}",
-                expected=f"DP one of {[d for d in range(1, tp + 1) if tp % d == 0][:12]}",
-                fix=f"set {where}.data_parallel to a divisor of {tp}",
-            )
-        )
+        problems.append(_disagg(
+            f"the {g.role} group {g.name!r}: DP {dp} does not divide TP {tp}; with --enable-dp-attention "
+            "every DP rank holds TP / DP devices",
+            f"{where}.tensor_parallel: {tp}, {where}.data_parallel: {dp}",
+            f"set {where}.data_parallel to a divisor of {tp}",
+            f"DP one of {[d for d in range(1, tp + 1) if tp % d == 0][:12]}", check="parallelism"))
     return topo, problems
+
+
+def _disagg(message: str, found: Any, fix: str, expected: Any = None, host: str | None = None,
+            check: str = "disaggregation") -> Problem:
+    """A problem of the disaggregated layout (check ``disaggregation`` unless said)."""
+    return Problem(check=check, message=message, found=found, expected=expected, fix=fix, host=host)
 
 
 def _ib_device(ctx: Any, g: Group, node: Node, problems: list[Problem]) -> str | None:
@@ -145,33 +134,23 @@ def _ib_device(ctx: Any, g: Group, node: Node, problems: list[Problem]) -> str |
         if seen is not None:
             missing = [d for d in str(given).split(",") if d not in seen]
             if missing:
-                problems.append(
-                    Problem(
-                        check="ib-device",
-                        message=f"the {g.role} node {node.name} has no active RDMA device {', '.join(missing)} "
-                        "(the verify stage's ibstat)",
-                        found=f"active: {', '.join(seen) or 'none'}",
-                        expected=str(given),
-                        fix=f"set llmb_ib_device of {node.name} to one of its active devices, or bring the port up",
-                        host=node.name,
-                    )
-                )
+                problems.append(_disagg(
+                    f"the {g.role} node {node.name} has no active RDMA device {', '.join(missing)} "
+                    "(the verify stage's ibstat)",
+                    f"active: {', '.join(seen) or 'none'}",
+                    f"set llmb_ib_device of {node.name} to one of its active devices, or bring the port up",
+                    str(given), host=node.name, check="ib-device"))
         return str(given)
     if seen:
         return ",".join(seen)
-    problems.append(
-        Problem(
-            check="ib-device",
-            message=f"the {g.role} node {node.name} (group {g.name!r}) has no RDMA device for the KV transfer "
-            "(--disaggregation-ib-device)",
-            found="no llmb_ib_device, no llmb_disaggregation.ib_device"
-            + (", verify found no active RDMA port" if seen is not None else ", no verify facts"),
-            expected="an RDMA device name such as mlx5_0",
-            fix=f"set llmb_ib_device on {node.name} (hosts.yml) or llmb_disaggregation.ib_device, or run the "
-            "verify stage on a node whose ibstat lists an active port",
-            host=node.name,
-        )
-    )
+    problems.append(_disagg(
+        f"the {g.role} node {node.name} (group {g.name!r}) has no RDMA device for the KV transfer "
+        "(--disaggregation-ib-device)",
+        "no llmb_ib_device, no llmb_disaggregation.ib_device"
+        + (", verify found no active RDMA port" if seen is not None else ", no verify facts"),
+        f"set llmb_ib_device on {node.name} (hosts.yml) or llmb_disaggregation.ib_device, or run the "
+        "verify stage on a node whose ibstat lists an active port",
+        "an RDMA device name such as mlx5_0", host=node.name, check="ib-device"))
     return None
 
 
@@ -179,15 +158,10 @@ def plan(ctx: Any, engine: Any, problems: list[Problem], source: str) -> Any:
     """The disaggregated plan: both groups planned by the engine module, the router, one endpoint."""
     cfg = ctx.v.get(VAR) or {}
     if not hasattr(engine, "pd_group_values"):
-        problems.append(
-            Problem(
-                check="disaggregation",
-                message=f"{ctx.engine} has no prefill/decode disaggregation in this toolkit",
-                found=f"llmb_engine: {ctx.engine}, {VAR} set",
-                expected="llmb_engine: sglang",
-                fix=f"use llmb_engine: sglang, or remove {VAR}",
-            )
-        )
+        problems.append(_disagg(
+            f"{ctx.engine} has no prefill/decode disaggregation in this toolkit",
+            f"llmb_engine: {ctx.engine}, {VAR} set", f"use llmb_engine: sglang, or remove {VAR}",
+            "llmb_engine: sglang"))
         raise PlanError(problems, source)
     groups: list[Group] = []
     owner: dict[str, str] = {}
@@ -196,30 +170,21 @@ def plan(ctx: Any, engine: Any, problems: list[Problem], source: str) -> Any:
         gname, nodes = _group_nodes(ctx, role, gcfg, problems)
         for n in nodes:
             if n.name in owner:
-                problems.append(
-                    Problem(
-                        check="disaggregation",
-                        message=f"{n.name} is in both the {owner[n.name]} and the {role} group",
-                        found=f"{n.name} in {cfg.get('prefill', {}).get('group') or 'prefill_nodes'} and {gname}",
-                        fix="list every node in one group only",
-                        host=n.name,
-                    )
-                )
+                problems.append(_disagg(
+                    f"{n.name} is in both the {owner[n.name]} and the {role} group",
+                    f"{n.name} in {cfg.get('prefill', {}).get('group') or 'prefill_nodes'} and {gname}",
+                    "list every node in one group only", host=n.name))
             owner[n.name] = role
         if nodes:
             k = gcfg.get("instances") or 1
             if len(nodes) % k:
-                problems.append(
-                    Problem(
-                        check="disaggregation",
-                        message=f"the {role} group {gname!r} has {len(nodes)} node(s), which do not split into "
-                        f"{k} instances of equal size",
-                        found=f"{VAR}.{role}.instances: {k}, {len(nodes)} hosts in {gname}",
-                        expected=f"instances dividing {len(nodes)}: "
-                        + ", ".join(str(d) for d in range(1, len(nodes) + 1) if len(nodes) % d == 0),
-                        fix=f"set {VAR}.{role}.instances to a divisor of the node count, or add nodes",
-                    )
-                )
+                problems.append(_disagg(
+                    f"the {role} group {gname!r} has {len(nodes)} node(s), which do not split into "
+                    f"{k} instances of equal size",
+                    f"{VAR}.{role}.instances: {k}, {len(nodes)} hosts in {gname}",
+                    f"set {VAR}.{role}.instances to a divisor of the node count, or add nodes",
+                    f"instances dividing {len(nodes)}: "
+                    + ", ".join(str(d) for d in range(1, len(nodes) + 1) if len(nodes) % d == 0)))
                 continue
             size = len(nodes) // k
             for i in range(k):
@@ -228,14 +193,9 @@ def plan(ctx: Any, engine: Any, problems: list[Problem], source: str) -> Any:
                 groups.append(Group(role, name, gcfg, _group_ctx(ctx, role, part, gcfg)))
     idle = [n.name for n in ctx.dep.nodes if n.name not in owner]
     if idle:
-        problems.append(
-            Problem(
-                check="disaggregation",
-                message=f"hosts of {GROUP} are in neither the prefill nor the decode group; they would serve nothing",
-                found=idle[:8],
-                fix="put them in one of the groups, or out of accel_nodes",
-            )
-        )
+        problems.append(_disagg(
+            f"hosts of {GROUP} are in neither the prefill nor the decode group; they would serve nothing",
+            idle[:8], "put them in one of the groups, or out of accel_nodes"))
     if {g.role for g in groups} != set(ROLES) or problems:
         raise PlanError(problems, source)
 
@@ -272,15 +232,10 @@ def plan(ctx: Any, engine: Any, problems: list[Problem], source: str) -> Any:
     router_cfg = cfg.get("router") or {}
     router_host = router_cfg.get("host") or prefill.head.name
     if router_host not in owner:
-        problems.append(
-            Problem(
-                check="disaggregation",
-                message=f"{VAR}.router.host names {router_host!r}, which is not a host of {GROUP}",
-                found=router_host,
-                expected=f"one of {[n.name for n in ctx.dep.nodes][:8]}",
-                fix=f"set {VAR}.router.host to a node of {GROUP} (default: the prefill group's node 0)",
-            )
-        )
+        problems.append(_disagg(
+            f"{VAR}.router.host names {router_host!r}, which is not a host of {GROUP}", router_host,
+            f"set {VAR}.router.host to a node of {GROUP} (default: the prefill group's node 0)",
+            f"one of {[n.name for n in ctx.dep.nodes][:8]}"))
         raise PlanError(problems, source)
     plans = {hp.host: hp for g in groups for hp in g.plans}
     router_node = next(n for n in ctx.dep.nodes if n.name == router_host)
