@@ -23,6 +23,16 @@ from .topology import DP_RANKS, EVEN_SPLIT, WHOLE_NODES, Resolution, Sizes, Topo
 INSTALL_TEXT = {"container": "a container image", "host": "a host install"}
 
 
+def _parallelism(message: str, found: Any, fix: str, expected: Any = None) -> Problem:
+    """A problem of the parallel layout (TP, PP, DP, DCP, EP against the nodes and their devices)."""
+    return Problem(check="parallelism", message=message, found=found, expected=expected, fix=fix)
+
+
+def _network(message: str, found: Any, fix: str, expected: Any = None, host: str | None = None) -> Problem:
+    """A problem of the cluster network (the interface and the addresses the ranks meet on)."""
+    return Problem(check="network", message=message, found=found, expected=expected, fix=fix, host=host)
+
+
 def check_engine(ctx: Context, caps: EngineCaps, alternative: str) -> list[Problem]:
     """The engine fits the platform and the install kind; the container variables are well-formed."""
     return check_engine_platform(ctx, caps, alternative) + container_problems(ctx)
@@ -77,28 +87,19 @@ def check_sizes(ctx: Context, caps: EngineCaps, s: Sizes) -> list[Problem]:
     problems = []
     if s.dcp > 1:
         if not caps.decode_context_parallel:
-            problems.append(
-                Problem(
-                    "parallelism",
-                    f"decode context parallel is planned for vLLM only, not {ctx.engine}",
-                    found=f"llmb_decode_context_parallel: {s.dcp}",
-                    fix="set llmb_decode_context_parallel: 1",
-                )
-            )
+            problems.append(_parallelism(
+                f"decode context parallel is planned for vLLM only, not {ctx.engine}",
+                f"llmb_decode_context_parallel: {s.dcp}", "set llmb_decode_context_parallel: 1"))
         elif s.tp % s.dcp != 0:
             divisors = [d for d in range(1, s.tp + 1) if s.tp % d == 0]
-            problems.append(
-                Problem(
-                    "parallelism",
-                    f"DCP {s.dcp} does not divide TP {s.tp}: vLLM splits each TP group into DCP sub-groups",
-                    found=f"llmb_tensor_parallel: {s.tp}, llmb_decode_context_parallel: {s.dcp}",
-                    expected=f"DCP one of {divisors}",
-                    fix=f"set llmb_decode_context_parallel to a divisor of {s.tp} (the recipes use DCP = TP = 8)",
-                )
-            )
+            problems.append(_parallelism(
+                f"DCP {s.dcp} does not divide TP {s.tp}: vLLM splits each TP group into DCP sub-groups",
+                f"llmb_tensor_parallel: {s.tp}, llmb_decode_context_parallel: {s.dcp}",
+                f"set llmb_decode_context_parallel to a divisor of {s.tp} (the recipes use DCP = TP = 8)",
+                f"DCP one of {divisors}"))
     if s.dp > 1 and caps.data_parallel_refused:
         message, fix = caps.data_parallel_refused
-        problems.append(Problem("parallelism", message, found=f"llmb_data_parallel: {s.dp}", fix=fix))
+        problems.append(_parallelism(message, f"llmb_data_parallel: {s.dp}", fix))
     return problems
 
 
@@ -112,33 +113,18 @@ def check_resolved(ctx: Context, topo: Topology) -> list[Problem]:
     ep = v.get("llmb_expert_parallel_size")
     if ep is not None:
         if caps.expert_parallel == "switch":
-            problems.append(
-                Problem(
-                    "parallelism",
-                    "vLLM derives the expert parallel size from TP x DP; llmb_expert_parallel_size is for "
-                    "SGLang and TRT-LLM",
-                    found=f"llmb_expert_parallel_size: {ep}",
-                    fix="remove it and set llmb_expert_parallel: true",
-                )
-            )
+            problems.append(_parallelism(
+                "vLLM derives the expert parallel size from TP x DP; llmb_expert_parallel_size is for "
+                "SGLang and TRT-LLM",
+                f"llmb_expert_parallel_size: {ep}", "remove it and set llmb_expert_parallel: true"))
         elif not isinstance(ep, int) or ep < 1 or topo.world % ep != 0:
-            problems.append(
-                Problem(
-                    "parallelism",
-                    f"EP size {ep} must divide the {topo.world} ranks",
-                    found=f"llmb_expert_parallel_size: {ep}",
-                    fix=f"choose a divisor of {topo.world}",
-                )
-            )
+            problems.append(_parallelism(
+                f"EP size {ep} must divide the {topo.world} ranks", f"llmb_expert_parallel_size: {ep}",
+                f"choose a divisor of {topo.world}"))
     if v.get("llmb_expert_parallel") and caps.expert_parallel == "size":
-        problems.append(
-            Problem(
-                "parallelism",
-                f"llmb_expert_parallel is the vLLM switch; {ctx.engine} takes an EP size",
-                found="llmb_expert_parallel: true",
-                fix="set llmb_expert_parallel_size instead",
-            )
-        )
+        problems.append(_parallelism(
+            f"llmb_expert_parallel is the vLLM switch; {ctx.engine} takes an EP size",
+            "llmb_expert_parallel: true", "set llmb_expert_parallel_size instead"))
     if len(ctx.dep.nodes) > 1:
         problems.extend(check_multinode(ctx, caps))
     return problems
@@ -148,26 +134,17 @@ def _check_dp_ranks(ctx: Context, topo: Topology) -> list[Problem]:
     n, dp, dp_local, dev = topo.nodes, topo.dp, topo.dp_local, topo.devices_per_node
     problems = []
     if dp_local * n != dp:
-        problems.append(
-            Problem(
-                "parallelism",
-                f"DP ranks per node x nodes ({dp_local} x {n}) is not DP {dp}",
-                found=f"llmb_data_parallel_local: {dp_local}",
-                expected=f"{dp} / {n} ranks per node",
-                fix="set llmb_data_parallel_local so that it times the node count equals llmb_data_parallel",
-            )
-        )
+        problems.append(_parallelism(
+            f"DP ranks per node x nodes ({dp_local} x {n}) is not DP {dp}",
+            f"llmb_data_parallel_local: {dp_local}",
+            "set llmb_data_parallel_local so that it times the node count equals llmb_data_parallel",
+            f"{dp} / {n} ranks per node"))
     if topo.per_node > dev:
-        problems.append(
-            Problem(
-                "parallelism",
-                f"each node would need TP x PP x DP-local = {topo.tp} x {topo.pp} x {dp_local} = "
-                f"{topo.per_node} devices; {ctx.platform.name} has {dev}",
-                found=f"TP {topo.tp}, PP {topo.pp}, DP {dp} over {n} nodes",
-                expected=f"TP x PP x DP-local <= {dev}",
-                fix="lower TP or DP, or add nodes",
-            )
-        )
+        problems.append(_parallelism(
+            f"each node would need TP x PP x DP-local = {topo.tp} x {topo.pp} x {dp_local} = "
+            f"{topo.per_node} devices; {ctx.platform.name} has {dev}",
+            f"TP {topo.tp}, PP {topo.pp}, DP {dp} over {n} nodes", "lower TP or DP, or add nodes",
+            f"TP x PP x DP-local <= {dev}"))
     return problems
 
 
@@ -176,26 +153,16 @@ def _check_whole_nodes(ctx: Context, topo: Topology) -> list[Problem]:
     problems = []
     needed = math.ceil(world / dev)
     if needed != n:
-        problems.append(
-            Problem(
-                "parallelism",
-                f"TP x PP = {world} devices fill {needed} node(s) of {dev}, but accel_nodes has {n} hosts",
-                found=f"{n} hosts, TP {tp} x PP {pp}",
-                expected=f"{needed} host(s), or TP x PP = {n * dev}",
-                fix="make TP x PP use every node (e.g. llmb_pipeline_parallel: "
-                f"{max(1, (n * dev) // tp)}), or list only {needed} host(s)",
-            )
-        )
+        problems.append(_parallelism(
+            f"TP x PP = {world} devices fill {needed} node(s) of {dev}, but accel_nodes has {n} hosts",
+            f"{n} hosts, TP {tp} x PP {pp}",
+            "make TP x PP use every node (e.g. llmb_pipeline_parallel: "
+            f"{max(1, (n * dev) // tp)}), or list only {needed} host(s)",
+            f"{needed} host(s), or TP x PP = {n * dev}"))
     if world > dev and world % dev != 0:
-        problems.append(
-            Problem(
-                "parallelism",
-                f"TP x PP = {world} does not fill whole nodes of {dev} devices",
-                found=f"TP {tp} x PP {pp}",
-                expected=f"a multiple of {dev}",
-                fix="choose TP x PP as a multiple of the devices per node",
-            )
-        )
+        problems.append(_parallelism(
+            f"TP x PP = {world} does not fill whole nodes of {dev} devices", f"TP {tp} x PP {pp}",
+            "choose TP x PP as a multiple of the devices per node", f"a multiple of {dev}"))
     return problems
 
 
@@ -221,42 +188,28 @@ def check_multinode(ctx: Context, caps: EngineCaps) -> list[Problem]:
     n = len(ctx.dep.nodes)
     head = ctx.dep.head
     if not v.get("llmb_cluster_iface"):
-        problems.append(
-            Problem(
-                "network",
-                f"llmb_cluster_iface is required with {n} nodes: NCCL/GLOO/HCCL would pick an interface "
-                "on their own and hang at startup when it is the wrong one",
-                expected="the name of the cluster NIC on every node, e.g. ens7f0 or bond0",
-                fix="set llmb_cluster_iface in group_vars/all",
-            )
-        )
+        problems.append(_network(
+            f"llmb_cluster_iface is required with {n} nodes: NCCL/GLOO/HCCL would pick an interface "
+            "on their own and hang at startup when it is the wrong one",
+            None, "set llmb_cluster_iface in group_vars/all",
+            expected="the name of the cluster NIC on every node, e.g. ens7f0 or bond0"))
     what = caps.head_address_use
     for node in ctx.dep.nodes:
         if caps.ipv6_refused and ":" in node.address:
-            problems.append(
-                Problem(
-                    "network",
-                    f"{ctx.engine} cannot use the IPv6 cluster address {node.address} of {node.name}: "
-                    f"{caps.ipv6_refused}",
-                    found=f"{node.name}: {node.address}",
-                    expected="an IPv4 address or a host name that resolves on every node",
-                    fix=f"set llmb_node_ip (or ansible_host) of {node.name} to its IPv4 cluster address or host name",
-                    host=node.name,
-                )
-            )
+            problems.append(_network(
+                f"{ctx.engine} cannot use the IPv6 cluster address {node.address} of {node.name}: "
+                f"{caps.ipv6_refused}",
+                f"{node.name}: {node.address}",
+                f"set llmb_node_ip (or ansible_host) of {node.name} to its IPv4 cluster address or host name",
+                "an IPv4 address or a host name that resolves on every node", host=node.name))
         if is_loopback(node.address):
             role = "head" if node is head else "node"
-            problems.append(
-                Problem(
-                    "network",
-                    f"{role} {node.name} has the loopback address {node.address}; with {n} nodes {what} "
-                    f"would be {node.address} and the other nodes could not reach it",
-                    found=f"{node.name}: {node.address}",
-                    expected="an address on the cluster network",
-                    fix=f"set llmb_node_ip (or ansible_host) of {node.name} to its cluster address",
-                    host=node.name,
-                )
-            )
+            problems.append(_network(
+                f"{role} {node.name} has the loopback address {node.address}; with {n} nodes {what} "
+                f"would be {node.address} and the other nodes could not reach it",
+                f"{node.name}: {node.address}",
+                f"set llmb_node_ip (or ansible_host) of {node.name} to its cluster address",
+                "an address on the cluster network", host=node.name))
     return problems
 
 
