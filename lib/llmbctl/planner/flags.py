@@ -103,14 +103,10 @@ class EngineArgs:
     def _unknown(self, spelled: str, origin: str, why: str, fix: str) -> Problem:
         """engine-flag-unknown: ``spelled`` (in ``origin``) is no flag of the pinned release; ``why`` adds
         what the flag set knows of it."""
-        return Problem(
-            check="engine-flag-unknown",
-            message=f"{spelled} is not a flag of {self.fs.engine} {self.fs.version}{why}; "
-            "the engine would exit at start with 'unrecognized arguments'",
-            found=f"{spelled} in {origin}",
-            expected=f"one of the flags in data/engines/{self.fs.name}.yml",
-            fix=fix,
-        )
+        message = (f"{spelled} is not a flag of {self.fs.engine} {self.fs.version}{why}; "
+                   "the engine would exit at start with 'unrecognized arguments'")
+        expected = f"one of the flags in data/engines/{self.fs.name}.yml"
+        return _given_in("engine-flag-unknown", spelled, origin, message, expected, fix)
 
     def set(self, canon: str, value: Any, origin: str) -> None:
         if canon not in self.fs.flags:
@@ -124,15 +120,10 @@ class EngineArgs:
     def _check_owned(self, canon: str, origin: str, owner_hint: dict[str, str]) -> bool:
         if canon in self.fs.planner_owned:
             hint = owner_hint.get(canon, "the matching llmb_* variable")
-            self.problems.append(
-                Problem(
-                    check="engine-flag-owned",
-                    message=f"{canon} is set by the planner from the inventory; it may not be given in {origin}",
-                    found=f"{canon} in {origin}",
-                    expected=f"no {canon} in {origin}",
-                    fix=f"remove it and set {hint} instead",
-                )
-            )
+            self.problems.append(_given_in(
+                "engine-flag-owned", canon, origin,
+                f"{canon} is set by the planner from the inventory; it may not be given in {origin}",
+                f"no {canon} in {origin}", f"remove it and set {hint} instead"))
             return True
         return False
 
@@ -347,10 +338,15 @@ def _bad_value(flag: str, value: Any, origin: str, message: str, fix: str, expec
                    expected=expected, fix=fix)
 
 
+def _given_in(check: str, flag: str, origin: str, message: str, expected: Any, fix: str) -> Problem:
+    """A flag that may not be given where it was (``origin``: the inventory key)."""
+    return Problem(check=check, message=message, found=f"{flag} in {origin}", expected=expected, fix=fix)
+
+
 def _not_unchecked(check: str, spelled: str, message: str, fix: str) -> Problem:
     """A name llmb_engine_flags_unchecked may not hold (a flag the planner owns or the flag set has)."""
-    return Problem(check=check, message=message, found=f"{spelled} in llmb_engine_flags_unchecked",
-                   expected="names of flags the pinned flag set lacks", fix=fix)
+    return _given_in(check, spelled, "llmb_engine_flags_unchecked", message,
+                     "names of flags the pinned flag set lacks", fix)
 
 
 def _owner(canon: str | None) -> str:
