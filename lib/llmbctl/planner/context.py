@@ -52,6 +52,11 @@ def _bad_file(check: str, err: CatalogError, fix: str) -> Problem:
     return Problem(check=check, message=str(err), found=err.path, fix=fix)
 
 
+def _not_pinned(message: str, found: Any, versions: list[str], fix: str) -> Problem:
+    """engine-version: no flag set of the engine for the release asked (or none asked among several)."""
+    return Problem(check="engine-version", message=message, found=found, expected=_listing(versions), fix=fix)
+
+
 def _catalog_record(
     check: str,
     name: Any,
@@ -118,14 +123,9 @@ def resolve(
         if version is None and versions:
             version = versions[-1]  # the default is the newest shipped release (oldest first)
         if version is None:
-            problems.append(
-                Problem(
-                    check="engine-version",
-                    message=f"llmb_engine_version is not set and {engine} has {len(versions)} pinned versions",
-                    expected=_listing(versions),
-                    fix="set llmb_engine_version to a pinned version",
-                )
-            )
+            problems.append(_not_pinned(
+                f"llmb_engine_version is not set and {engine} has {len(versions)} pinned versions", None, versions,
+                "set llmb_engine_version to a pinned version"))
         else:
             version = str(version)
             try:
@@ -134,17 +134,12 @@ def resolve(
                 problems.append(_bad_file("engine-version", err, "fix the flag set file"))
             else:
                 if flagset is None:
-                    problems.append(
-                        Problem(
-                            check="engine-version",
-                            message=f"llmb_engine_version: {version} is not shipped; shipped for {engine}: "
-                            f"{', '.join(versions) or '(none)'}",
-                            found=f"llmb_engine_version: {version} (no data/engines/{engine}-{version}.yml)",
-                            expected=_listing(versions),
-                            fix=f"set llmb_engine_version to one of {', '.join(versions)}, or extract the flags "
-                            f"of {engine} {version} with scripts/engine-catalog",
-                        )
-                    )
+                    problems.append(_not_pinned(
+                        f"llmb_engine_version: {version} is not shipped; shipped for {engine}: "
+                        f"{', '.join(versions) or '(none)'}",
+                        f"llmb_engine_version: {version} (no data/engines/{engine}-{version}.yml)", versions,
+                        f"set llmb_engine_version to one of {', '.join(versions)}, or extract the flags "
+                        f"of {engine} {version} with scripts/engine-catalog"))
 
     preset_name = v.get("llmb_preset")
     if preset_name in ("none", ""):
