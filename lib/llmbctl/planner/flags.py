@@ -135,16 +135,10 @@ class EngineArgs:
             old, rec = renamed
             target = rec.get("to")
             if target is None:
-                self.problems.append(
-                    Problem(
-                        check="engine-flag-removed",
-                        message=f"{old} was removed from {self.fs.engine} (since {rec.get('since', '?')}); "
-                        f"{self.fs.name} rejects it",
-                        found=f"{old} in {origin}",
-                        expected=f"a flag of {self.fs.name}",
-                        fix=rec.get("note", "remove it"),
-                    )
-                )
+                self.problems.append(_given_in(
+                    "engine-flag-removed", old, origin,
+                    f"{old} was removed from {self.fs.engine} (since {rec.get('since', '?')}); {self.fs.name} rejects it",
+                    f"a flag of {self.fs.name}", rec.get("note", "remove it")))
                 return
             if "value" in rec:  # a switch that became a choice (--enable-deepep-moe -> --moe-a2a-backend deepep)
                 value = rec["value"] if value in (None, True) else value
@@ -186,17 +180,12 @@ class EngineArgs:
         if negated:
             if value is False:
                 said = token if token.startswith("-") else "--" + token
-                self.problems.append(
-                    Problem(
-                        check="engine-flag-value",
-                        message=f"{said}: false is a double negation; {spelled} turns {canon} off "
-                        f"and takes no value",
-                        found=f"{said}=false in {origin}",
-                        expected=f"{canon[2:]}: true or {canon[2:]}: false",
-                        fix=f"to turn it on write {canon[2:]}: true (renders {canon}); to turn it off write "
-                        f"{canon[2:]}: false (renders {spelled})",
-                    )
-                )
+                self.problems.append(_given_in(
+                    "engine-flag-value", f"{said}=false", origin,
+                    f"{said}: false is a double negation; {spelled} turns {canon} off and takes no value",
+                    f"{canon[2:]}: true or {canon[2:]}: false",
+                    f"to turn it on write {canon[2:]}: true (renders {canon}); to turn it off write "
+                    f"{canon[2:]}: false (renders {spelled})"))
                 return
             if value not in (True, None):
                 self.problems.append(_bad_value(
