@@ -412,38 +412,32 @@ KNOBS: tuple[Knob, ...] = (
 
 KNOB_BY_NAME = {k.name: k for k in KNOBS}
 
+def _toolkit_knob(name: str, type_: str, default: Any, doc: str, **more: Any) -> Knob:
+    """A variable of another stage or script (stage "run"): the planner neither reads it nor needs it plain."""
+    return Knob(name, type_, default, doc, stage="run", needs_plain=False, **more)
+
+
 # llmb_* variables of the whole toolkit that the planner does not read (other stages, scripts)
 TOOLKIT_KNOBS: tuple[Knob, ...] = (
-    Knob("llmb_run_id", "str", None, "run identifier (artifacts/<run id>/)", stage="run", format="name",
-         needs_plain=False),
-    Knob("llmb_artifacts_dir", "str", None, "results directory on the controller", stage="run",
-         needs_plain=False),
-    Knob("llmb_sim_cluster", "str", None, "scripts/sim-cluster: the simulated cluster's name", stage="run",
-         needs_plain=False),
-    Knob("llmb_sim_profile", "str", None, "scripts/sim-cluster: the simulated platform", stage="run",
-         needs_plain=False),
-    Knob("llmb_recover_host", "str", None, "playbooks/recover.yml: the node to rebuild (-e)", stage="run",
-         needs_plain=False),
-    Knob("llmb_recover_hostkey", "str", None, "playbooks/recover.yml: SHA256 fingerprint of the replaced "
-         "node's new host key to accept (-e)", stage="run", needs_plain=False),
-    Knob("llmb_stage_started", "str", None, "playbooks/_run.yml: when the stage started (the report's durations)",
-         stage="run", needs_plain=False),
-    Knob("llmb_report_stages", "list", None, "playbooks/report.yml: the stages the run was to complete",
-         stage="run", needs_plain=False),
-    Knob("llmb_repin", "bool", False, "stage 0: resolve the model commit and image digests again (-e)",
-         stage="run", needs_plain=False),
-    Knob("llmb_model_revision", "str", None, "stage 0: the model's revision, a 40-hex commit or a branch/tag "
-         "(default: the profile's revision); a branch is resolved at the hub and locked in llmb.lock.json",
-         stage="run", format="token", needs_plain=False),
-    Knob("engine_image_pins", "dict", {}, "stage 0: image -> {digest, id} pinned by the site (no registry "
-         "asked); else the tag is resolved at the registry and locked in llmb.lock.json", stage="run",
-         needs_plain=False),
-    Knob("llmb_accel", "dict", None, "fact: the verify stage's accelerator facts (kept in the fact cache)",
-         stage="run", needs_plain=False),
-    Knob("llmb_stage_needs_plan", "str", None, "playbooks/_run.yml: the stage that needs the launch plan",
-         stage="run", needs_plain=False),
-    Knob("llmb_deployment_doc", "dict", None, "playbooks/_run.yml: the resolved deployment document (fact)",
-         stage="run", needs_plain=False),
+    _toolkit_knob("llmb_run_id", "str", None, "run identifier (artifacts/<run id>/)", format="name"),
+    _toolkit_knob("llmb_artifacts_dir", "str", None, "results directory on the controller"),
+    _toolkit_knob("llmb_sim_cluster", "str", None, "scripts/sim-cluster: the simulated cluster's name"),
+    _toolkit_knob("llmb_sim_profile", "str", None, "scripts/sim-cluster: the simulated platform"),
+    _toolkit_knob("llmb_recover_host", "str", None, "playbooks/recover.yml: the node to rebuild (-e)"),
+    _toolkit_knob("llmb_recover_hostkey", "str", None, "playbooks/recover.yml: SHA256 fingerprint of the replaced "
+                  "node's new host key to accept (-e)"),
+    _toolkit_knob("llmb_stage_started", "str", None,
+                  "playbooks/_run.yml: when the stage started (the report's durations)"),
+    _toolkit_knob("llmb_report_stages", "list", None, "playbooks/report.yml: the stages the run was to complete"),
+    _toolkit_knob("llmb_repin", "bool", False, "stage 0: resolve the model commit and image digests again (-e)"),
+    _toolkit_knob("llmb_model_revision", "str", None, "stage 0: the model's revision, a 40-hex commit or a branch/tag "
+                  "(default: the profile's revision); a branch is resolved at the hub and locked in llmb.lock.json",
+                  format="token"),
+    _toolkit_knob("engine_image_pins", "dict", {}, "stage 0: image -> {digest, id} pinned by the site (no registry "
+                  "asked); else the tag is resolved at the registry and locked in llmb.lock.json"),
+    _toolkit_knob("llmb_accel", "dict", None, "fact: the verify stage's accelerator facts (kept in the fact cache)"),
+    _toolkit_knob("llmb_stage_needs_plan", "str", None, "playbooks/_run.yml: the stage that needs the launch plan"),
+    _toolkit_knob("llmb_deployment_doc", "dict", None, "playbooks/_run.yml: the resolved deployment document (fact)"),
 )
 
 
@@ -783,15 +777,8 @@ def check_value(knob: Knob, value: Any) -> list[Problem]:
         if knob.type in ("int", "float") and isinstance(value, str):
             hint = f" ({shown(value)} does not convert to {_article(knob.type)}"
             hint += "; scripts/launch-plan reads literal values, no Jinja)" if is_template(value) else ")"
-        return [
-            Problem(
-                check="type",
-                message=f"{name} must be {_article(knob.type)} ({knob.doc})",
-                found=f"{shown(value)} ({type_name(value)})",
-                expected=_expected(knob),
-                fix=f"give {name} {_article(knob.type)} value{hint}",
-            )
-        ]
+        return [_wrong_type(f"{name} must be {_article(knob.type)} ({knob.doc})", value, _expected(knob),
+                            f"give {name} {_article(knob.type)} value{hint}")]
     if knob.type == "float" and not math.isfinite(value):
         return [Problem("range", f"{name} must be a finite number", found=shown(value), fix=f"set {name}")]
     if knob.type in ("int", "float") and (
@@ -822,15 +809,7 @@ def check_value(knob: Knob, value: Any) -> list[Problem]:
     if knob.format and isinstance(value, str):
         ok, text = FORMATS[knob.format]
         if not ok(value):
-            problems.append(
-                Problem(
-                    check="format",
-                    message=f"{name} is not {text}",
-                    found=shown(value),
-                    expected=text,
-                    fix=f"set {name} to {text}",
-                )
-            )
+            problems.append(_bad_format(f"{name} is not {text}", shown(value), text, f"set {name} to {text}"))
     if knob.type == "list" and knob.elements:
         for i, item in enumerate(value):
             problems.extend(_check_item(f"{name}[{i}]", knob.elements, item))
@@ -838,26 +817,14 @@ def check_value(knob: Knob, value: Any) -> list[Problem]:
         for key, item in value.items():
             if knob.keys and not (isinstance(key, str) and FORMATS[knob.keys][0](key)):
                 text = FORMATS[knob.keys][1]
-                problems.append(
-                    Problem(
-                        check="format",
-                        message=f"{name} has the key {shown(key)}, which is not {text}",
-                        found=shown(key),
-                        expected=text,
-                        fix=f"rename the key {shown(key)} of {name}",
-                    )
-                )
+                problems.append(_bad_format(f"{name} has the key {shown(key)}, which is not {text}", shown(key),
+                                            text, f"rename the key {shown(key)} of {name}"))
             if knob.values == "scalar" and item is not None and not _type_ok("scalar", item):
                 if not isinstance(item, bool):
-                    problems.append(
-                        Problem(
-                            check="type",
-                            message=f"{name}[{key!r}] must be a string or a number",
-                            found=f"{shown(item)} ({type_name(item)})",
-                            expected="a string, a number, true/false, or null (removes a default)",
-                            fix=f"write {name}[{key!r}] as one value, e.g. quoted text",
-                        )
-                    )
+                    problems.append(_wrong_type(
+                        f"{name}[{key!r}] must be a string or a number", item,
+                        "a string, a number, true/false, or null (removes a default)",
+                        f"write {name}[{key!r}] as one value, e.g. quoted text"))
     if knob.schema is not None and not problems:
         problems.extend(knob.schema(name, value))
     return problems
@@ -867,35 +834,25 @@ def _check_item(where: str, kind: str, item: Any) -> list[Problem]:
     if kind in FORMATS:
         ok, text = FORMATS[kind]
         if not isinstance(item, str):
-            return [
-                Problem(
-                    "type",
-                    f"{where} must be a string",
-                    found=f"{shown(item)} ({type_name(item)})",
-                    expected=text,
-                    fix=f"write {where} as one string",
-                )
-            ]
+            return [_wrong_type(f"{where} must be a string", item, text, f"write {where} as one string")]
         if not ok(item):
-            return [Problem("format", f"{where} is not {text}", found=shown(item), expected=text,
-                            fix=f"write {where} as {text}")]
+            return [_bad_format(f"{where} is not {text}", shown(item), text, f"write {where} as {text}")]
         return []
     if not _type_ok(kind, item):
-        return [
-            Problem(
-                "type",
-                f"{where} must be {_article(kind)}",
-                found=f"{shown(item)} ({type_name(item)})",
-                expected=_article(kind),
-                fix=f"write {where} as {_article(kind)}"
-                + (
-                    " (one argv token; a list or mapping would reach argv as Python text)"
-                    if kind == "scalar"
-                    else ""
-                ),
-            )
-        ]
+        argv = " (one argv token; a list or mapping would reach argv as Python text)" if kind == "scalar" else ""
+        return [_wrong_type(f"{where} must be {_article(kind)}", item, _article(kind),
+                            f"write {where} as {_article(kind)}{argv}")]
     return []
+
+
+def _wrong_type(message: str, value: Any, expected: Any, fix: str) -> Problem:
+    """check ``type``: ``value`` (found: shown with its YAML type) is not what the knob takes."""
+    return Problem("type", message, found=f"{shown(value)} ({type_name(value)})", expected=expected, fix=fix)
+
+
+def _bad_format(message: str, found: str, text: str, fix: str) -> Problem:
+    """check ``format``: a string (or a key) that is not ``text`` (the format's words, also what is expected)."""
+    return Problem("format", message, found=found, expected=text, fix=fix)
 
 
 # llmb_disaggregation's nested keys (planner/disagg.py plans with them) ----------------------------
@@ -1249,15 +1206,10 @@ def read_deployment(
     problems: list[Problem] = []
     names = group_hosts(groups)
     if not names:
-        problems.append(
-            Problem(
-                check="hosts",
-                message=f"the inventory has no hosts in group {GROUP}",
-                found=f"groups: {sorted(groups)[:10]}",
-                expected=f"a group {GROUP} listing the accelerator nodes",
-                fix=f"add the nodes under 'children: {GROUP}: hosts:' in hosts.yml",
-            )
-        )
+        problems.append(Problem("hosts", f"the inventory has no hosts in group {GROUP}",
+                                found=f"groups: {sorted(groups)[:10]}",
+                                expected=f"a group {GROUP} listing the accelerator nodes",
+                                fix=f"add the nodes under 'children: {GROUP}: hosts:' in hosts.yml"))
         return None, problems
     if len(set(names)) != len(names):
         dup = sorted({n for n in names if names.count(n) > 1})
