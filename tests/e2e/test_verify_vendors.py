@@ -12,6 +12,7 @@ Cluster names start with `verify-` (LLMB_E2E_VERIFY_PREFIX overrides) and are ta
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -48,12 +49,19 @@ def _verify(inv: Path, platform: str, out: Path) -> tuple[subprocess.CompletedPr
     return proc, json.loads(summary_path.read_text())
 
 
+@contextlib.contextmanager
+def _verified_with_fault(out: Path, tag: str, nodes: int, platform: str, *fault: str):
+    """The verify stage on a fresh cluster (``nodes`` of ``platform``) with ``fault`` on node1, the cluster up
+    while the block runs: (the run, its summary, the summary's report as text)."""
+    name = f"{PREFIX}{tag}-{os.getpid()}"
+    with cluster(name, nodes, platform) as inv:
+        _fault(name, "node1", *fault)
+        proc, summary = _verify(inv, platform, out)
+        yield proc, summary, "\n".join(summary["report"])
+
+
 def test_a3_two_nodes_names_the_npu_pair_that_cannot_reach_each_other(tmp_path):
-    name = f"{PREFIX}a3-{os.getpid()}"
-    with cluster(name, 2, "a3-16npu") as inv:
-        _fault(name, "node1", "hccn_ping_lost", "device=3")
-        proc, summary = _verify(inv, "a3-16npu", tmp_path)
-        report = "\n".join(summary["report"])
+    with _verified_with_fault(tmp_path, "a3", 2, "a3-16npu", "hccn_ping_lost", "device=3") as (proc, summary, report):
         assert proc.returncode != 0, "verify passed with an NPU that gets no answer:\n" + proc.stdout[-3000:]
         assert summary["failed_hosts"] == ["node1"], report
         fabric = json.loads((tmp_path / "verify" / "fabric.json").read_text())
@@ -68,11 +76,7 @@ def test_a3_two_nodes_names_the_npu_pair_that_cannot_reach_each_other(tmp_path):
 
 
 def test_nvidia_verify_fails_on_an_aborted_ibstat(tmp_path):
-    name = f"{PREFIX}nv-{os.getpid()}"
-    with cluster(name, 1, "h800-hgx8") as inv:
-        _fault(name, "node1", "ibstat_abort", "nic=mlx5_2")
-        proc, summary = _verify(inv, "h800-hgx8", tmp_path)
-        report = "\n".join(summary["report"])
+    with _verified_with_fault(tmp_path, "nv", 1, "h800-hgx8", "ibstat_abort", "nic=mlx5_2") as (proc, summary, report):
         assert proc.returncode != 0 and summary["failed_hosts"] == ["node1"], report
         failed = {c["id"]: c for r in summary["results"] for c in r["checks"] if not c["ok"]}
         cap = failed.get("capture.ibstat")

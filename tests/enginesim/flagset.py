@@ -141,6 +141,14 @@ def _aliases(fs: dict) -> dict[str, str]:
     return out
 
 
+def parse_strict(fs: dict, argv: list[str]) -> dict:
+    """``parse`` as argparse does it: a token that is no flag is refused ('unrecognized arguments: ...')."""
+    args, pos = parse(fs, argv)
+    if pos:
+        raise UsageError(f"unrecognized arguments: {' '.join(pos)}")
+    return args
+
+
 def parse(fs: dict, argv: list[str], max_positionals: int | None = None) -> tuple[dict, list[str]]:
     """Parse argv into ({'--canonical': value}, positionals). Raises UsageError like the real CLI.
 

@@ -17,9 +17,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     fs = flagset.load("ktransformers")
     try:
-        args, pos = flagset.parse(fs, argv)
-        if pos:
-            raise flagset.UsageError(f"unrecognized arguments: {' '.join(pos)}")
+        args = flagset.parse_strict(fs, argv)
     except flagset.UsageError as err:
         print(f"usage: {PROG} [-h] [--host HOST] [--port PORT] ...", file=sys.stderr)
         print(f"{PROG}: error: {err}", file=sys.stderr)

@@ -16,9 +16,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     fs = flagset.load("sglang")
     try:
-        args, pos = flagset.parse(fs, argv)
-        if pos:
-            raise flagset.UsageError(f"unrecognized arguments: {' '.join(pos)}")
+        args = flagset.parse_strict(fs, argv)
         if "--model-path" not in args:
             raise flagset.UsageError("the following arguments are required: --model-path/--model")
     except flagset.UsageError as err:
