@@ -6,30 +6,13 @@ import json
 import os
 
 import pytest
+from hfserver.genmodel import config
 from llmb import jsonpatch
 from llmb.jsonpatch import JsonPatchError, get_at, parse_path, patch_file, plan
 
-# the shape of Kimi-K2-Thinking's config.json (fields the recipes patch, plus neighbours)
-KIMI_CONFIG = {
-    "architectures": ["DeepseekV3ForCausalLM"],
-    "model_type": "kimi_k2",
-    "num_hidden_layers": 61,
-    "rope_theta": 50000.0,
-    "rms_norm_eps": 1e-06,
-    "tie_word_embeddings": False,
-    "quantization_config": {
-        "config_groups": {
-            "group_0": {
-                "input_activations": None,
-                "output_activations": None,
-                "targets": ["Linear"],
-                "weights": {"num_bits": 4, "group_size": 32, "symmetric": True, "type": "int"},
-            }
-        },
-        "ignore": ["lm_head", "re:.*self_attn.*"],
-        "quant_method": "compressed-tensors",
-    },
-}
+# Kimi-K2-Thinking's config.json in the test model's generator (the fields the recipes patch, and
+# their neighbours), at the real model's depth
+KIMI_CONFIG = config(layers=61, experts=384)
 ASCEND = {"path": "quantization_config.config_groups.group_0.targets", "value": ["MoE"], "expect": ["Linear"]}
 TRTLLM = {"path": "model_type", "value": "deepseek_v3", "expect": "kimi_k2"}
 
