@@ -280,6 +280,11 @@ def _local_address(address: str) -> bool:
         return False
 
 
+def _store_error(log, message: str) -> None:
+    """Exit as vLLM does when torch.distributed's store (the multi-node rendezvous) fails."""
+    runtime.die(log, message, where="parallel_state.py:1")
+
+
 def _native_master(args, nnodes, tp, pp, world, devices, log):
     """Node rank 0: the torch.distributed store on --master-port (every interface, as TCPStore binds);
     waits until node ranks 1..N-1 have joined, each once, with the same group; --master-addr must be
@@ -288,12 +293,8 @@ def _native_master(args, nnodes, tp, pp, world, devices, log):
     address = args.get("--master-addr", "127.0.0.1")
     port = int(args.get("--master-port", 29501))
     if not _local_address(address):
-        runtime.die(
-            log,
-            f"torch.distributed.DistNetworkError: The client socket has failed to connect to any network "
-            f"address of ({address}, {port}): --master-addr {address} is not an address of node rank 0",
-            where="parallel_state.py:1",
-        )
+        _store_error(log, f"torch.distributed.DistNetworkError: The client socket has failed to connect to any network "
+                          f"address of ({address}, {port}): --master-addr {address} is not an address of node rank 0")
     rdv = runtime.Rendezvous("0.0.0.0", port, log)
     log.info(
         f"Multi-node launch: node rank 0 of {nnodes}, ranks 0..{local - 1} of {world} here; master "
@@ -303,27 +304,15 @@ def _native_master(args, nnodes, tp, pp, world, devices, log):
     ok = rdv.wait_for(lambda ms: len(ms) >= nnodes - 1, runtime.wait_timeout())
     ranks = sorted(int(m.get("node_rank", -1)) for m in rdv.members)
     if not ok:
-        runtime.die(
-            log,
-            f"torch.distributed.DistStoreError: Timed out after {runtime.wait_timeout():g} s waiting for "
-            f"node ranks of {nnodes}: joined {ranks or 'none'}",
-            where="parallel_state.py:1",
-        )
+        _store_error(log, f"torch.distributed.DistStoreError: Timed out after {runtime.wait_timeout():g} s waiting for "
+                          f"node ranks of {nnodes}: joined {ranks or 'none'}")
     for m in rdv.members:
         if (int(m.get("nnodes", 0)), int(m.get("world", 0))) != (nnodes, world):
-            runtime.die(
-                log,
-                f"RuntimeError: node rank {m.get('node_rank')} joined with --nnodes {m.get('nnodes')} and "
-                f"world size {m.get('world')}; node rank 0 has --nnodes {nnodes}, world size {world}",
-                where="parallel_state.py:1",
-            )
+            _store_error(log, f"RuntimeError: node rank {m.get('node_rank')} joined with --nnodes {m.get('nnodes')} and "
+                              f"world size {m.get('world')}; node rank 0 has --nnodes {nnodes}, world size {world}")
     if ranks != list(range(1, nnodes)):
-        runtime.die(
-            log,
-            f"RuntimeError: node ranks {[0, *ranks]} do not cover 0..{nnodes - 1} "
-            f"(each --node-rank once)",
-            where="parallel_state.py:1",
-        )
+        _store_error(log, f"RuntimeError: node ranks {[0, *ranks]} do not cover 0..{nnodes - 1} "
+                          f"(each --node-rank once)")
     log.info(f"All {nnodes} nodes joined (TP {tp} x PP {pp} = {world} ranks)", "parallel_state.py:1")
     _watch_nodes(rdv, log)
     return rdv
@@ -377,13 +366,9 @@ def _native_follower(args, nnodes, world, devices, log) -> int:
     info = {"node_rank": rank, "nnodes": nnodes, "world": world, "pid": os.getpid()}
     sock = runtime.join(address, port, info, timeout)
     if sock is None:
-        runtime.die(
-            log,
-            f"torch.distributed.DistNetworkError: The client socket has failed to connect to any network "
-            f"address of ({address}, {port}) within {timeout:g} s (is node rank 0 running, and is "
-            f"{address} its address?)",
-            where="parallel_state.py:1",
-        )
+        _store_error(log, f"torch.distributed.DistNetworkError: The client socket has failed to connect to any network "
+                          f"address of ({address}, {port}) within {timeout:g} s (is node rank 0 running, and is "
+                          f"{address} its address?)")
     log.info(f"Joined node rank 0 at {address}:{port}", "parallel_state.py:1")
     runtime.watch_master(sock, log, f"node rank 0 {address}:{port}")
     return runtime.wait_for_signal(log, "vllm serve --headless")
