@@ -136,6 +136,12 @@ def format_cpulist(cpus: list[int]) -> str:
     return ",".join(out)
 
 
+def grab(pattern: str, line: str) -> str | None:
+    """The first group of ``pattern`` searched in ``line`` (a tool's banner), None where it is absent."""
+    m = re.search(pattern, line)
+    return m.group(1) if m else None
+
+
 def na(value):
     """None for the many ways tools print 'no value'."""
     if value is None:

@@ -7,7 +7,7 @@ import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from ._text import ParseError, clean_lines, load_json, na, to_float, to_int
+from ._text import ParseError, clean_lines, grab, load_json, na, to_float, to_int
 
 ROCM_LINK_RE = re.compile(r"^(0|XGMI|PCIE|SELF|N/A)$")
 
@@ -152,14 +152,11 @@ def parse_amd_smi_table(text: str) -> dict:
     head = next((ln for ln in lines if "AMD-SMI" in ln), None)
     if head is None:
         raise ParseError(kind, "no 'AMD-SMI <version>' banner")
-    def grab(pat, s=head):
-        m = re.search(pat, s)
-        return m.group(1) if m else None
     out = {
         "kind": kind,
-        "version": grab(r"AMD-SMI\s+(\S+)"),
-        "amdgpu_version": grab(r"amdgpu version:\s+(\S+)"),
-        "rocm_version": grab(r"ROCm version:\s+(\S+)"),
+        "version": grab(r"AMD-SMI\s+(\S+)", head),
+        "amdgpu_version": grab(r"amdgpu version:\s+(\S+)", head),
+        "rocm_version": grab(r"ROCm version:\s+(\S+)", head),
         "platform": None,
         "gpus": [],
     }

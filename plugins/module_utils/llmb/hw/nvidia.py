@@ -8,7 +8,7 @@ import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 
 from ._matrix import links_from_rows, read_first_matrix, require_rows
-from ._text import ParseError, clean_lines, na, parse_cpulist, to_float, to_int
+from ._text import ParseError, clean_lines, grab, na, parse_cpulist, to_float, to_int
 
 TOPO_LABEL_RE = re.compile(r"^(X|SYS|SOC|NODE|PHB|PXB|PIX|PCI|NV\d+|C2C)$")
 P2P_LABEL_RE = re.compile(r"^(X|OK|CNS|GNS|TNS|NS|U)$")
@@ -245,14 +245,11 @@ def parse_smi_table(text: str) -> dict:
         if "No devices were found" in msg:
             return {"kind": kind, "smi_version": None, "driver_version": None, "cuda_version": None, "gpus": []}
         raise ParseError(kind, f"no 'NVIDIA-SMI ... Driver Version' banner; the tool said: {msg!r}")
-    def grab(pat):
-        m = re.search(pat, head)
-        return m.group(1) if m else None
     out = {
         "kind": kind,
-        "smi_version": grab(r"NVIDIA-SMI\s+(\S+)"),
-        "driver_version": grab(r"Driver Version:\s+(\S+)"),
-        "cuda_version": na(grab(r"CUDA Version:\s+(\S+)")),
+        "smi_version": grab(r"NVIDIA-SMI\s+(\S+)", head),
+        "driver_version": grab(r"Driver Version:\s+(\S+)", head),
+        "cuda_version": na(grab(r"CUDA Version:\s+(\S+)", head)),
         "gpus": [],
         "processes": [],
     }
