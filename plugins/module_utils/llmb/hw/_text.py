@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 # CSI sequences (colours, cursor moves), OSC sequences (window titles, ended by BEL or ESC \\) and the
@@ -101,6 +102,14 @@ def strip_capture_header(text: str) -> str:
 def clean_lines(text: str) -> list[str]:
     """Lines without ANSI escapes, carriage returns or trailing blanks."""
     return [ln.rstrip() for ln in strip_ansi(text).replace("\r", "").split("\n")]
+
+
+def nonblank_lines(text: str) -> Iterator[tuple[int, str]]:
+    """(line number from 1, the line stripped) of every line of a capture that is not blank."""
+    for n, raw in enumerate(clean_lines(text), 1):
+        line = raw.strip()
+        if line:
+            yield n, line
 
 
 def parse_cpulist(value: str, kind: str = "cpulist") -> list[int]:

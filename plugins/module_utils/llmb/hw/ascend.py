@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from ._matrix import links_from_rows, read_first_matrix, require_rows
-from ._text import ParseError, clean_lines, na, parse_cpulist, to_float, to_int
+from ._text import ParseError, clean_lines, na, nonblank_lines, parse_cpulist, to_float, to_int
 
 BUS_RE = re.compile(r"^[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f]$")
 NPU_TOPO_LABEL_RE = re.compile(r"^(X|SYS|PHB|PIX|PXB|HCCS|HCCS_SW|SIO|NA|NODE)$")
@@ -161,10 +161,7 @@ def parse_hccn(text: str, device: int | None = None) -> dict:
         rec().setdefault("pings", []).append(p)
         return p
 
-    for n, raw in enumerate(clean_lines(text), 1):
-        s = raw.strip()
-        if not s:
-            continue
+    for n, s in nonblank_lines(text):
         m = re.search(r"hccn_tool\s+-i\s+(\d+)\s+(-\S+)", s)
         if m:
             current = int(m.group(1))
@@ -273,10 +270,7 @@ def parse_version_info(text: str) -> dict:
     """/usr/local/Ascend/driver/version.info (key=value)."""
     kind = "ascend-version-info"
     fields: dict = {}
-    for n, raw in enumerate(clean_lines(text), 1):
-        s = raw.strip()
-        if not s:
-            continue
+    for n, s in nonblank_lines(text):
         key, sep, value = s.partition("=")
         if not sep or not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", key):
             raise ParseError(kind, f"not a key=value line: {s!r}", n)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 
-from ._text import ParseError, clean_lines
+from ._text import ParseError, clean_lines, nonblank_lines
 
 # --------------------------------------------------------------------------- kernel log: Xid
 
@@ -79,10 +79,7 @@ def parse_nvlink_errors(text: str) -> dict:
     kind = "nvidia-smi-nvlink-errors"
     gpus: list[dict] = []
     cur = None
-    for i, raw in enumerate(clean_lines(text), 1):
-        s = raw.strip()
-        if not s:
-            continue
+    for i, s in nonblank_lines(text):
         m = _GPU_HEAD.match(s)
         if m:
             cur = {"index": int(m.group(1)), "name": m.group(2).strip(), "uuid": m.group(3), "links": {}}
@@ -111,10 +108,7 @@ def parse_nvidia_params(text: str) -> dict:
     """`cat /proc/driver/nvidia/params`: every `Name: value`; RegistryDwords split into its settings."""
     kind = "nvidia-params"
     params: dict = {}
-    for i, raw in enumerate(clean_lines(text), 1):
-        s = raw.strip()
-        if not s:
-            continue
+    for i, s in nonblank_lines(text):
         m = re.match(r"^([A-Za-z][A-Za-z0-9_]*):\s*(.*)$", s)
         if not m:
             raise ParseError(kind, "line is not 'Name: value'", i)
@@ -161,10 +155,7 @@ def parse_pci_acs(text: str) -> dict:
     """The pci-acs probe's listing: every PCI function, its class and its ACS control bits."""
     kind = "pci-acs"
     devices = []
-    for i, raw in enumerate(clean_lines(text), 1):
-        s = raw.strip()
-        if not s:
-            continue
+    for i, s in nonblank_lines(text):
         m = re.match(r"^([0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])\s+class=(0x[0-9a-fA-F]+)\s+"
                      r"acs=(none|unreadable|cap=0x[0-9a-fA-F]{4},ctrl=0x[0-9a-fA-F]{4})$", s)
         if not m:

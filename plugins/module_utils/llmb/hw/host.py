@@ -8,7 +8,7 @@ import ast
 import json
 import re
 
-from ._text import ParseError, clean_lines, load_json, na, parse_cpulist, to_int
+from ._text import ParseError, clean_lines, load_json, na, nonblank_lines, parse_cpulist, to_int
 
 # --------------------------------------------------------------------------- NUMA / CPU
 
@@ -174,10 +174,7 @@ def parse_ibstat(text: str) -> dict:
     port = None
     tool_errors: list[dict] = []
     elisions: list[int] = []
-    for n, raw in enumerate(clean_lines(text), 1):
-        s = raw.strip()
-        if not s:
-            continue
+    for n, s in nonblank_lines(text):
         if re.match(r"^(ibpanic|ibwarn|ibstat):|^ibstat: ", s) or re.match(r"^(ibpanic|ibwarn)\b", s):
             m = re.search(r"IB device '([^']+)'", s)
             tool_errors.append({"line": n, "text": s[:200], "device": m.group(1) if m else None})
@@ -223,10 +220,7 @@ def parse_ibv_devinfo(text: str) -> dict:
     kind = "ibv-devinfo"
     hcas: list[dict] = []
     port = None
-    for n, raw in enumerate(clean_lines(text), 1):
-        s = raw.strip()
-        if not s:
-            continue
+    for n, s in nonblank_lines(text):
         key, sep, value = s.partition(":")
         if not sep:
             raise ParseError(kind, f"not a 'key: value' line: {s!r}", n)
@@ -266,10 +260,7 @@ def parse_pci_devices(text: str) -> dict:
     kind = "pci-devices"
     devices = []
     sysfs_nodes = []
-    for n, raw in enumerate(clean_lines(text), 1):
-        s = raw.strip()
-        if not s:
-            continue
+    for n, s in nonblank_lines(text):
         m = _PCI_LINE.match(s)
         if m:
             attrs = dict(kv.split("=", 1) for kv in m.group(2).split())
@@ -328,10 +319,7 @@ def parse_process_list(text: str) -> dict:
     """`pgrep -a NAME`-style lines '<pid> <cmdline>' (empty when none)."""
     kind = "process-list"
     procs = []
-    for n, raw in enumerate(clean_lines(text), 1):
-        s = raw.strip()
-        if not s:
-            continue
+    for n, s in nonblank_lines(text):
         m = re.match(r"^(\d+)\s+(.*)$", s)
         if not m:
             raise ParseError(kind, f"expected '<pid> <command>', found {s!r}", n)

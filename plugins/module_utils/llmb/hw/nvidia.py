@@ -8,7 +8,7 @@ import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 
 from ._matrix import links_from_rows, read_first_matrix, require_rows
-from ._text import ParseError, clean_lines, grab, na, parse_cpulist, to_float, to_int
+from ._text import ParseError, clean_lines, grab, na, nonblank_lines, parse_cpulist, to_float, to_int
 
 TOPO_LABEL_RE = re.compile(r"^(X|SYS|SOC|NODE|PHB|PXB|PIX|PCI|NV\d+|C2C)$")
 P2P_LABEL_RE = re.compile(r"^(X|OK|CNS|GNS|TNS|NS|U)$")
@@ -126,10 +126,7 @@ _GPU_HEAD_RE = re.compile(r"^GPU (\d+): (.*?)(?: \(UUID: ([^)]*)\))?\s*$")
 def _gpu_sections(text: str, gpus: list[dict]) -> Iterator[tuple[int, str]]:
     """(line number, stripped line) of each non-blank line of `nvidia-smi nvlink` output that is not a
     `GPU n: ...` header; each header appends its GPU (with an empty links list) to gpus first."""
-    for n, raw in enumerate(clean_lines(text), 1):
-        line = raw.strip()
-        if not line:
-            continue
+    for n, line in nonblank_lines(text):
         m = _GPU_HEAD_RE.match(line)
         if m:
             gpus.append({"index": int(m.group(1)), "name": m.group(2), "uuid": m.group(3), "links": []})
