@@ -108,9 +108,7 @@ def parse_npu_smi(text: str) -> dict:
 def parse_npu_topo(text: str) -> dict:
     """`npu-smi info -t topo`: NPUn (A2) or Phy-IDn (A3) matrix, optional CPU Affinity column."""
     kind = "npu-smi-topo"
-    _lines, _start, columns, affinity, rows, _end = read_first_matrix(
-        text, kind, "an NPU matrix", lambda c: bool(NPU_TOPO_LABEL_RE.match(c))
-    )
+    _, _, columns, affinity, rows, _ = read_first_matrix(text, kind, "an NPU matrix", NPU_TOPO_LABEL_RE.match)
     require_rows(kind, columns, rows)
     devices = []
     for name, _cells, extras, ln in rows:

@@ -20,7 +20,7 @@ P2P_LABEL_RE = re.compile(r"^(X|OK|CNS|GNS|TNS|NS|U)$")
 def parse_topo(text: str) -> dict:
     kind = "nvidia-smi-topo"
     lines, start, columns, affinity, rows, end = read_first_matrix(
-        text, kind, "a GPU matrix", lambda c: bool(TOPO_LABEL_RE.match(c))
+        text, kind, "a GPU matrix", TOPO_LABEL_RE.match
     )
     warnings: list[str] = []
     gpu_cols = [c for c in columns if c.startswith("GPU")]
@@ -110,9 +110,7 @@ def _topo_gpu(kind: str, name: str, values: dict, warnings: list, raw_cpu: dict)
 
 def parse_topo_p2p(text: str) -> dict:
     kind = "nvidia-smi-topo-p2p"
-    _lines, _start, columns, _aff, rows, _end = read_first_matrix(
-        text, kind, "a P2P matrix", lambda c: bool(P2P_LABEL_RE.match(c))
-    )
+    _, _, columns, _, rows, _ = read_first_matrix(text, kind, "a P2P matrix", P2P_LABEL_RE.match)
     status, _ = links_from_rows(columns, rows)
     return {"kind": kind, "gpus": [int(c[3:]) for c in columns if c.startswith("GPU")], "status": status}
 
