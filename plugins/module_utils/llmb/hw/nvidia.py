@@ -469,12 +469,17 @@ def parse_smi_q(text: str) -> dict:
         out_gpus.append(rec)
     for i, g in enumerate(out_gpus):
         g["index"] = i
+    return _query_doc(kind, top.get("Driver Version"), top.get("CUDA Version"), top.get("Attached GPUs"), out_gpus)
+
+
+def _query_doc(kind: str, driver: str | None, cuda: str | None, attached: str | None, gpus: list[dict]) -> dict:
+    """What `nvidia-smi -q` reports, read from its text form or its XML form (-x)."""
     return {
         "kind": kind,
-        "driver_version": na(top.get("Driver Version")),
-        "cuda_version": na(top.get("CUDA Version")),
-        "attached_gpus": to_int(top.get("Attached GPUs")) if na(top.get("Attached GPUs")) else None,
-        "gpus": out_gpus,
+        "driver_version": na(driver),
+        "cuda_version": na(cuda),
+        "attached_gpus": to_int(attached) if na(attached) else None,
+        "gpus": gpus,
     }
 
 
@@ -548,13 +553,8 @@ def parse_smi_xml(text: str) -> dict:
         rec["minor_number"] = to_int(minor) if na(minor) else None
         rec["index"] = i
         gpus.append(rec)
-    return {
-        "kind": kind,
-        "driver_version": na(root.findtext("driver_version")),
-        "cuda_version": na(root.findtext("cuda_version")),
-        "attached_gpus": to_int(root.findtext("attached_gpus")) if na(root.findtext("attached_gpus")) else None,
-        "gpus": gpus,
-    }
+    return _query_doc(kind, root.findtext("driver_version"), root.findtext("cuda_version"),
+                      root.findtext("attached_gpus"), gpus)
 
 
 # --------------------------------------------------------------------------- /proc/driver/nvidia/version
