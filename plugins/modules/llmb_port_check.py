@@ -20,7 +20,7 @@ options:
   host: {description: This node's inventory name (for messages)., type: str, required: true}
   timeout_s: {description: Connect timeout per port., type: float, default: 3}
   hold_s: {description: Longest time the stand-in listeners stay up., type: float, default: 300}
-  pidfile: {description: Where the stand-in listener process is recorded., type: path, default: /run/llmb-port-check.pid}
+  pidfile: {description: "Where the stand-in listener process is recorded; default /run/llmb-port-check-I(host).pid, a file per inventory host (hosts may share a filesystem).", type: path}
 attributes:
   check_mode: {support: full, description: Opens and closes sockets only; changes nothing.}
   diff_mode: {support: none}
@@ -52,19 +52,20 @@ def main():
             host=dict(type="str", required=True),
             timeout_s=dict(type="float", default=3.0),
             hold_s=dict(type="float", default=300.0),
-            pidfile=dict(type="path", default="/run/llmb-port-check.pid"),
+            pidfile=dict(type="path"),
         ),
         supports_check_mode=True,
     )
     p = m.params
+    pidfile = p["pidfile"] or ports.pidfile_for(p["host"])
     if p["mode"] == "listen":
-        ports.stop_listeners(p["pidfile"])  # a run interrupted before its stop
-        out = ports.hold_listeners(p["listeners"], p["hold_s"], p["pidfile"])
+        ports.stop_listeners(pidfile)  # a run interrupted before its stop
+        out = ports.hold_listeners(p["listeners"], p["hold_s"], pidfile)
         m.exit_json(changed=False, host=p["host"], **out)
     if p["mode"] == "probe":
         results = ports.probe(p["host"], p["targets"], p["timeout_s"])
         m.exit_json(changed=False, results=results, failed_pairs=sum(not r["ok"] for r in results))
-    m.exit_json(changed=False, stopped=ports.stop_listeners(p["pidfile"]))
+    m.exit_json(changed=False, stopped=ports.stop_listeners(pidfile))
 
 
 if __name__ == "__main__":

@@ -59,7 +59,13 @@ SHAPES: dict[str, dict] = {
     "a": {"what": "TP across all GPUs of all nodes, vLLM's own multi-node launch",
           "vars": lambda n, g: {"llmb_tensor_parallel": n * g, "llmb_vllm_multinode": "native"}},
     "b": {"what": "TP across all GPUs of all nodes over Ray (head on node 1)",
-          "vars": lambda n, g: {"llmb_tensor_parallel": n * g, "llmb_vllm_multinode": "ray"}},
+          "vars": lambda n, g: {"llmb_tensor_parallel": n * g, "llmb_vllm_multinode": "ray"},
+          # an artifact of emulating nodes on ONE host, not a planner bug: vLLM 0.26.0's custom
+          # all-reduce asks for P2P by mapping the TP rank to a local device, and on node 2 the Ray
+          # worker has CUDA_VISIBLE_DEVICES=2,3, so rank 2 is out of range ("IndexError: device_id 2 is
+          # out of range for assigned_physical_gpu_ids [2, 3]", docs/examples/serve-real-multinode/
+          # nodes-b-first/). Real nodes number their own GPUs from 0. Added to the common engine args.
+          "engine_args": {"disable-custom-all-reduce": True}},
     "c": {"what": "DP over all GPUs with expert parallelism: rank 0 + --headless --data-parallel-start-rank",
           "vars": lambda n, g: {"llmb_tensor_parallel": 1, "llmb_data_parallel": n * g,
                                 "llmb_data_parallel_local": g, "llmb_expert_parallel": True}},
@@ -135,9 +141,11 @@ def wrapper_text(node: EmuNode, python: str, state_root: Path, bin_dir: Path = H
     return WRAPPER.format(name=node.name, spec=spec)
 
 
-def inventory(nodes: list[EmuNode], shape: str, python: str, state_root: Path, base_vars: dict | None = None
-              ) -> tuple[dict, dict, dict[str, str]]:
-    """(hosts.yml, group_vars/all/shape.yml, {host: wrapper text}) for the emulated nodes."""
+def inventory(nodes: list[EmuNode], shape: str, python: str, state_root: Path, base_vars: dict | None = None,
+              common_engine_args: dict | None = None) -> tuple[dict, dict, dict[str, str]]:
+    """(hosts.yml, group_vars/all/shape.yml, {host: wrapper text}) for the emulated nodes.
+    common_engine_args: llmb_engine_args of the common group_vars, which a shape's own engine args
+    extend (shape.yml is read after them and would replace the whole mapping)."""
     if shape not in SHAPES:
         raise UsageError(f"--shape: expected one of {', '.join(SHAPES)}, found {shape!r}")
     gpn = len(nodes[0].gpus)
@@ -154,6 +162,8 @@ def inventory(nodes: list[EmuNode], shape: str, python: str, state_root: Path, b
     shape_vars = {**(base_vars or {}), **SHAPES[shape]["vars"](len(nodes), gpn),
                   "llmb_cluster_iface": NODE_IFACE,
                   "llmb_run_id": f"device-nodes-{shape}"}
+    if SHAPES[shape].get("engine_args"):
+        shape_vars["llmb_engine_args"] = {**(common_engine_args or {}), **SHAPES[shape]["engine_args"]}
     return {"all": {"children": {"accel_nodes": {"hosts": hosts}}}}, shape_vars, wrappers
 
 
@@ -162,7 +172,11 @@ def write_inventory(out: Path, nodes: list[EmuNode], shape: str, python: str, st
     """OUT/{hosts.yml, group_vars/all/*.yml}, STATE/interp/<node> (mode 0755)."""
     import yaml
 
-    hosts, shape_vars, wrappers = inventory(nodes, shape, python, state_root)
+    common: dict = {}
+    for f in sorted(common_vars_dir.glob("*.yml")):
+        common.update(yaml.safe_load(f.read_text()) or {})
+    hosts, shape_vars, wrappers = inventory(nodes, shape, python, state_root,
+                                            common_engine_args=common.get("llmb_engine_args"))
     (out / "group_vars" / "all").mkdir(parents=True, exist_ok=True)
     for f in sorted(common_vars_dir.glob("*.yml")):
         shutil.copyfile(f, out / "group_vars" / "all" / f.name)

@@ -72,9 +72,11 @@ def test_a_lost_headless_node_restarts_the_group_in_plan_order_without_ansible(c
                                    "-u", "llmb-vllm", check=False).stdout
             pytest.fail(f"the group did not come back within 240 s: {now}, API {status}\n{journal}")
         time.sleep(2)
-    # node rank 0 saw its headless node go and ended; the head's restart unit brought both back
+    # node rank 0 does not see its headless node go (the real vLLM 0.26.0 stayed up with /health 200,
+    # docs/examples/serve-real-multinode/faults/kill-rank/; the double does the same): the lost unit's
+    # ExecStopPost= (llmb-group stopped) had the head's restart unit bring both back
     log = cluster.node("node1", "journalctl", "--no-pager", "-o", "cat", "-u", "llmb-vllm").stdout
-    assert "node rank 1" in log and "is gone" in log
+    assert "is gone" not in log
     restart = cluster.node("node1", "journalctl", "--no-pager", "-o", "cat", "-u", "llmb-group-restart").stdout
     assert "restarting llmb-group.target here, then on 1 member node(s)" in restart
     head_start = int(_unit(cluster, "node1", "llmb-vllm", "ExecMainStartTimestampMonotonic")[

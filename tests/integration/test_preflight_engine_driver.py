@@ -10,6 +10,7 @@ Part of `make unit` (about 45 s: planning plus one ansible run, no docker); alon
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -57,9 +58,10 @@ def _inventory(tmp: Path, version: str) -> Path:
         "all:\n  children:\n    accel_nodes:\n      hosts:\n        gpu-h100-01:\n"
         "          ansible_host: 127.0.0.1\n          ansible_connection: local\n"
         f"          ansible_python_interpreter: {sys.executable}\n          llmb_node_ip: 10.0.0.11\n")
-    with (inv / "group_vars" / "all" / "llmb.yml").open("a") as fh:
-        fh.write(f'\nllmb_engine_version: "{version}"\n'
-                 'llmb_model_revision: "0123456789abcdef0123456789abcdef01234567"\n')
+    llmb = inv / "group_vars" / "all" / "llmb.yml"
+    text = re.sub(r"(?m)^llmb_engine_version:.*\n", "", llmb.read_text())  # the sample's own, replaced
+    llmb.write_text(text + f'\nllmb_engine_version: "{version}"\n'
+                    'llmb_model_revision: "0123456789abcdef0123456789abcdef01234567"\n')
     return inv
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -48,8 +49,10 @@ def test_no_role_lists_the_platforms_again():
 def test_preflight_validation_takes_a_new_profile(tmp_path, data_copy):
     inv = tmp_path / "inv"
     shutil.copytree(REPO / "inventories" / "h200", inv)
-    with (inv / "group_vars" / "all" / "llmb.yml").open("a") as fh:
-        fh.write(f"\nllmb_platform: {NEW}\n")
+    llmb = inv / "group_vars" / "all" / "llmb.yml"
+    text, n = re.subn(r"(?m)^llmb_platform:.*$", f"llmb_platform: {NEW}", llmb.read_text())
+    assert n == 1, "the sample sets llmb_platform once"
+    llmb.write_text(text)
     script = [sys.executable, str(REPO / "scripts" / "launch-plan"), "-i", str(inv), "--check"]
     proc = subprocess.run(script, capture_output=True, text=True, env=_env(data_copy), timeout=120, check=False)
     assert proc.returncode == 0 and proc.stdout.startswith("OK:"), proc.stdout + proc.stderr

@@ -62,6 +62,7 @@ DOC_OWNED: dict[str, tuple[str, str]] = {
     "engine_host_engine": ("engine.name", "llmb_engine"),
     "engine_host_version": ("engine.version", "llmb_engine_version"),
     "engine_host_venv": ("engine.venv", "llmb_engine_venv"),
+    "engine_host_packages": ("hosts.<host>.packages", "llmb_engine (the plan names the packages each planned service runs)"),
     "engine_host_channel": ("engine.channel", "llmb_platform (the channel follows the platform's vendor)"),
     "engine_image_image": ("engine.image.ref", "llmb_container_image"),
     "engine_image_digest": ("engine.image.digest", "engine_image_pins ({IMAGE: {digest: sha256:...}})"),

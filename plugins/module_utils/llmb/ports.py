@@ -363,6 +363,15 @@ def hold_listeners(own: list[dict[str, Any]], hold_s: float, pidfile: str, state
     return {"opened": opened, "in_use": in_use, "taken": taken, "starting": starting, "pid": pid}
 
 
+def pidfile_for(host: str, run_dir: str = "/run") -> str:
+    """Where one inventory host records its stand-in listener process: a file per host, since several
+    inventory hosts can share one filesystem (nodes emulated on one machine: the listen step of a node
+    without ports of its own stopped the listeners of the node that recorded them first in a shared
+    file, and the probe then found them refused; docs/examples/serve-real-multinode/faults/kill-rank/)."""
+    safe = re.sub(r"[^A-Za-z0-9._-]", "_", host) or "_"
+    return f"{run_dir}/llmb-port-check-{safe}.pid"
+
+
 def stop_listeners(pidfile: str, wait_s: float = 5.0) -> bool:
     """Stop the stand-in listeners of hold_listeners; True when one was running."""
     try:

@@ -19,6 +19,7 @@ from .serve import (
     connected_to,
     container_verdict,
     engine_error_line,
+    is_wrapper,
     not_joined_text,
     parse_systemctl_show,
     unit_verdict,
@@ -87,8 +88,12 @@ class Watch:
         except ValueError:
             return 0
 
-    def logs(self) -> str:
-        n = str(self.log_lines)
+    # how far back the engine's own error is looked for when the tail only holds a wrapper (vLLM
+    # 0.26.0: the root cause 100 lines above "See root cause above", Ray's clean-up in between)
+    CAUSE_LINES = 2000
+
+    def logs(self, lines: int | None = None) -> str:
+        n = str(lines or self.log_lines)
         if self.kind == "container":
             _, out, err = self.run(["docker", "logs", "--tail", n, self.name])
             return (out + err).strip()
@@ -117,7 +122,10 @@ class Watch:
 
     def not_ready(self, why: str, waited: float, cause: str) -> NotReady:
         logs = self.logs()
-        return NotReady(why, waited, cause, logs, engine_error_line(logs))
+        error = engine_error_line(logs)
+        if (error is None or is_wrapper(error)) and self.log_lines < self.CAUSE_LINES:
+            error = engine_error_line(self.logs(self.CAUSE_LINES)) or error
+        return NotReady(why, waited, cause, logs, error)
 
 
 def wait(watch: Watch, ready: dict | None, health: dict | None, timeout_s: int | None = None,

@@ -217,32 +217,80 @@ _ERROR_LINE = re.compile(
 _PROC_PREFIX = re.compile(r"^\s*\([\w ]+pid=\d+\)\s?")
 
 
+# vLLM's wrappers that only point at the cause: the API process's "RuntimeError: Engine core
+# initialization failed. See root cause above.", EngineDeadError's "See stack trace (above) for the
+# root cause.", the engine core's "WorkerProc initialization failed ... See stack trace for root cause."
+_WRAPPER = re.compile(r"root cause", re.IGNORECASE)
+# the line a vLLM process logs before the traceback of its own start-up failure ("EngineCore failed
+# to start.", "WorkerProc failed to start."), with its logger prefix: "(EngineCore pid=1) ERROR
+# 11-27 03:59:37 [core.py:1330] "; every line of that traceback carries the same prefix
+_FAILED_TO_START = re.compile(r"^(?P<prefix>.*\b(?:ERROR|CRITICAL)\b.*?\[[\w.]+:\d+\]\s)\s*\w+ failed to start\.?\s*$")
+
+
+def is_wrapper(line: str | None) -> bool:
+    """An engine error line that only points at a root cause logged elsewhere."""
+    return bool(line) and bool(_WRAPPER.search(line))
+
+
+def _error_text(lines: list[str], n: int) -> str | None:
+    """The error text of line n (the exception or usage-error line), None when it is none."""
+    m = _ERROR_LINE.search(lines[n].strip())
+    if not m:
+        return None
+    text = m.group(0).strip()
+    # pydantic (vLLM >= 0.2x config classes): the reason is on the next line,
+    # "(APIServer pid=1) ValidationError: 1 validation error for ParallelConfig" then
+    # "(APIServer pid=1)   Value error, World size (2) is larger than ..."
+    if "validation error for" in text and n + 1 < len(lines):
+        reason = _PROC_PREFIX.sub("", lines[n + 1]).strip()
+        if reason.startswith("Value error, "):
+            text = f"{text}: {reason[len('Value error, '):]}"
+    return text
+
+
+def _failed_to_start_cause(lines: list[str]) -> str | None:
+    """The first start-up failure a vLLM process logged with its traceback: the last exception line
+    of that traceback that is not itself a wrapper. What follows it (other ranks, Ray's actor
+    clean-up, the API process's wrapper) is consequence, not cause."""
+    for n, line in enumerate(lines):
+        m = _FAILED_TO_START.match(line.rstrip())
+        if not m:
+            continue
+        prefix, cause = m.group("prefix"), None
+        for k in range(n + 1, len(lines)):
+            if not lines[k].startswith(prefix.rstrip()):
+                break
+            text = _error_text(lines, k)
+            if text and not is_wrapper(text):
+                cause = text
+        if cause:
+            return cause
+    return None
+
+
 def engine_error_line(log_text: str) -> str | None:
-    """The engine's own error line in a log tail: the last exception or usage-error line.
+    """The engine's own error line in a log: the last exception or usage-error line; where vLLM says
+    the root cause is above, that root cause.
 
     A real engine that dies at start writes a long traceback (and, in vLLM's case, the same error
     again from the engine core process) after which only shutdown noise follows; the operator needs
-    the one line that says why."""
-    best = wrapper = None
+    the one line that says why. vLLM's API process ends with a wrapper ("RuntimeError: Engine core
+    initialization failed. See root cause above."); the cause is the engine core's "EngineCore
+    failed to start." traceback before it (seen on vLLM 0.26.0: a ZMQError binding a wrong master
+    address; on Ray, an IndexError followed by pages of Ray actor clean-up errors)."""
     lines = log_text.splitlines()
-    for n, line in enumerate(lines):
-        m = _ERROR_LINE.search(line.strip())
-        if m:
-            text = m.group(0).strip()
-            # vLLM's API process ends with "RuntimeError: Engine core initialization failed. See root
-            # cause above."; the cause is the engine core's own error before it
-            if "root cause above" in text:
-                wrapper = text
-                continue
-            # pydantic (vLLM >= 0.2x config classes): the reason is on the next line,
-            # "(APIServer pid=1) ValidationError: 1 validation error for ParallelConfig" then
-            # "(APIServer pid=1)   Value error, World size (2) is larger than ..."
-            if "validation error for" in text and n + 1 < len(lines):
-                reason = _PROC_PREFIX.sub("", lines[n + 1]).strip()
-                if reason.startswith("Value error, "):
-                    text = f"{text}: {reason[len('Value error, '):]}"
+    best = wrapper = None
+    for n in range(len(lines)):
+        text = _error_text(lines, n)
+        if not text:
+            continue
+        if is_wrapper(text):
+            wrapper = text
+        else:
             best = text
-    return best or wrapper
+    if wrapper is None:
+        return best
+    return _failed_to_start_cause(lines) or best or wrapper
 
 
 def parse_systemctl_show(text: str) -> dict:

@@ -125,6 +125,21 @@ def test_shape_c_plans_dp_with_expert_parallelism_rank_0_and_headless(tmp_path):
     assert "--headless" not in f1 and (f2["--headless"], f2["--data-parallel-start-rank"]) == (True, "2")
 
 
+def test_shape_b_plans_ray_with_the_custom_all_reduce_off_for_the_emulation(tmp_path):
+    """On one host the Ray worker of node 2 sees CUDA_VISIBLE_DEVICES=2,3 and vLLM 0.26.0's custom
+    all-reduce failed with "IndexError: device_id 2 is out of range" (nodes-b-first/): the shape's
+    inventory turns it off, keeping the common engine args (--enforce-eager)."""
+    hosts = _plan(tmp_path, "b")
+    (vllm,) = [s for s in hosts["node1"]["services"] if s["name"] == "llmb-vllm"]
+    f = _flags(vllm["argv"])
+    assert f["--distributed-executor-backend"] == "ray" and f["--tensor-parallel-size"] == "4"
+    assert f["--disable-custom-all-reduce"] is True and f["--enforce-eager"] is True
+    assert [s["role"] for s in hosts["node2"]["services"]] == ["ray-worker"]
+    # only shape b: the native launch did not need it
+    (n1a,) = _plan(tmp_path, "a")["node1"]["services"]
+    assert "--disable-custom-all-reduce" not in n1a["argv"]
+
+
 def test_any_n_four_nodes_of_one_gpu(tmp_path):
     hosts = _plan(tmp_path, "a", nodes=4, gpn=1)
     ranks = [_flags(hosts[f"node{i}"]["services"][0]["argv"]).get("--node-rank") for i in range(1, 5)]

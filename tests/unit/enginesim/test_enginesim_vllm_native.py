@@ -5,6 +5,8 @@ joined its store on --master-port; it refuses what the real engine refuses: a no
 from __future__ import annotations
 
 import contextlib
+import time
+import urllib.request
 
 import pytest
 from enginesim_helpers import Proc, cli, free_port, make_model, run, sim_env, wait_healthy, wait_port
@@ -37,17 +39,17 @@ def follower(tmp_path, model, api, master, rank, nnodes=2, headless=True, addr="
 
 @contextlib.contextmanager
 def two_nodes_serving(tmp_path, model):
-    """Node rank 0 and a headless node rank 1, serving: (rank 0, rank 1)."""
+    """Node rank 0 and a headless node rank 1, serving: (rank 0, rank 1, the API port)."""
     api, master = free_port(), free_port()
     with rank0(tmp_path, model, api, master) as r0:
         wait_port(master)
         with follower(tmp_path, model, api, master, 1) as r1:
             wait_healthy(api, r0)
-            yield r0, r1
+            yield r0, r1, api
 
 
 def test_node_rank_0_serves_once_the_headless_node_joined(tmp_path, model):
-    with two_nodes_serving(tmp_path, model) as (r0, r1):
+    with two_nodes_serving(tmp_path, model) as (r0, r1, _api):
         assert "All 2 nodes joined (TP 16 x PP 1 = 16 ranks)" in r0.output()
         assert "node rank 1 of 2, ranks 8..15 of 16" in r1.output()
         r0.stop()
@@ -103,11 +105,18 @@ def test_each_node_needs_its_share_of_the_ranks_on_its_own_gpus(tmp_path, model)
     assert "each of the 2 nodes runs 4 of the 8 ranks; this node has 2 GPUs" in proc.stderr
 
 
-def test_a_node_that_dies_takes_node_rank_0_down(tmp_path, model):
-    with two_nodes_serving(tmp_path, model) as (r0, r1):
+def test_a_node_that_dies_leaves_node_rank_0_up_and_healthy_like_the_real_engine(tmp_path, model):
+    """vLLM 0.26.0 on the lent 4x H200 (docs/examples/serve-real-multinode/faults/kill-rank/): node 2's
+    engine killed with SIGKILL, node rank 0 did not exit and /health still answered 200 two minutes
+    later. The double must not claim more: the loss is for the group (llmb-group) to see."""
+    with two_nodes_serving(tmp_path, model) as (r0, r1, api):
         r1.p.kill()
-        assert r0.wait(15) == 1
-    assert "node rank 1 (pid " in r0.output() and "is gone: a worker of the group died" in r0.output()
+        r1.p.wait(10)
+        time.sleep(3)
+        assert r0.p.poll() is None
+        with urllib.request.urlopen(f"http://127.0.0.1:{api}/health", timeout=5) as resp:
+            assert resp.status == 200
+    assert "is gone" not in r0.output()
 
 
 def test_the_native_launch_and_ray_do_not_mix(tmp_path, model):

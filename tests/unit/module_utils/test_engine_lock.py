@@ -51,7 +51,7 @@ def inv(tmp_path: Path) -> Path:
     shutil.copytree(REPO / "inventories" / "h800", out)
     llmb = out / "group_vars" / "all" / "llmb.yml"
     text = re.sub(r"(?m)^llmb_engine_version:.*\n", "", llmb.read_text())
-    llmb.write_text(text + f"weights_revision: {COMMIT}\n")
+    llmb.write_text(text + f"llmb_model_revision: {COMMIT}\n")
     return out
 
 

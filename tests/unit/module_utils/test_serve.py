@@ -182,3 +182,53 @@ def test_engine_error_line_on_real_vllm_0_23_start_failures():
         "vllm: error: unrecognized arguments: --max-num-seqz 64\n"
     )
     assert engine_error_line(wrong_flag) == "vllm: error: unrecognized arguments: --max-num-seqz 64"
+
+
+MULTINODE = Path(__file__).resolve().parents[3] / "docs" / "examples" / "serve-real-multinode"
+
+
+def test_engine_error_line_finds_the_root_cause_above_vllm_0_26s_wrapper():
+    """vLLM 0.26.0 on the lent 4x H200 (docs/examples/serve-real-multinode/): the API process ends with
+    "See root cause above."; the cause is the engine core's "EngineCore failed to start." traceback."""
+    from llmb.serve import engine_error_line, is_wrapper
+
+    # fault wrong-master: rank 0 cannot bind its message queue to the planted address
+    wrong_master = (MULTINODE / "faults/wrong-master/engine-node1-llmb-vllm.log").read_text()
+    assert engine_error_line(wrong_master) == (
+        "zmq.error.ZMQError: Cannot assign requested address (addr='tcp://10.99.0.9:41811')")
+    # the last 40 lines (what the readiness wait shows) hold only the wrapper
+    tail = "\n".join(wrong_master.splitlines()[-40:])
+    assert is_wrapper(engine_error_line(tail))
+    # shape b, first attempt: the custom all-reduce's IndexError on the Ray worker, then pages of Ray
+    # actor clean-up errors (ActorHandleNotFoundError) between it and the wrapper
+    ray = (MULTINODE / "nodes-b-first/engine-node1-llmb-vllm.log").read_text()
+    assert "ActorHandleNotFoundError" in ray
+    assert engine_error_line(ray) == (
+        "IndexError: device_id 2 is out of range for assigned_physical_gpu_ids [2, 3] (2 devices assigned)")
+    # a healthy start has none
+    assert engine_error_line((MULTINODE / "nodes-a/engine-node1-llmb-vllm.log").read_text()) is None
+
+
+def test_readiness_reads_further_back_when_the_tail_holds_only_the_wrapper():
+    """llmb_service_ready's failure message: the 40-line tail as before, the engine error from further back."""
+    from llmb.ready import Watch
+
+    log = (MULTINODE / "faults/wrong-master/engine-node1-llmb-vllm.log").read_text().splitlines()
+    asked = []
+
+    def run(argv):
+        if argv[0] == "journalctl":
+            n = int(argv[argv.index("-n") + 1])
+            asked.append(n)
+            return 0, "\n".join(log[-n:]) + "\n", ""
+        return 0, "ActiveState=failed\nSubState=failed\nNRestarts=0\nExecMainStatus=1\nResult=exit-code\n", ""
+
+    nr = Watch(run, "llmb-vllm", "systemd").not_ready("unit failed", 51.0, "exited")
+    assert nr.engine_error == "zmq.error.ZMQError: Cannot assign requested address (addr='tcp://10.99.0.9:41811')"
+    assert len(nr.logs.splitlines()) == 40 and asked == [40, Watch.CAUSE_LINES]
+    # a tail that names the error itself: no second read
+    asked.clear()
+    log = ["INFO starting", "ERROR x [core.py:1] ValueError: bad value"]
+    assert Watch(run, "llmb-vllm", "systemd").not_ready("unit failed", 1.0, "exited").engine_error == (
+        "ValueError: bad value")
+    assert asked == [40]

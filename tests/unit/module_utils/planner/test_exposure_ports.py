@@ -188,6 +188,31 @@ def test_stand_in_listeners_answer_until_stopped(tmp_path):
     assert rec["message"].startswith(f"node2 -> node1 127.0.0.1:{port} (llmb-ray ray-gcs): connection refused")
 
 
+def _listen_step(host: str, listeners: list, run_dir: str) -> dict:
+    """llmb_port_check mode=listen as the module runs it: stop a left-over stand-in, then hold."""
+    pidfile = ports.pidfile_for(host, run_dir)
+    ports.stop_listeners(pidfile)
+    return ports.hold_listeners(listeners, 30, pidfile)
+
+
+def test_inventory_hosts_sharing_a_filesystem_keep_their_own_stand_ins(tmp_path):
+    """Two emulated nodes on one machine (one /run): node 2, with no port of its own, runs its listen
+    step after node 1's. With one shared pidfile it stopped node 1's stand-ins and the probe found
+    node 1's ports refused (the serve stage run again on the 4x H200, faults/kill-rank/serve-again.log)."""
+    port = _free_port()
+    run_dir = str(tmp_path)
+    assert ports.pidfile_for("node1", run_dir) != ports.pidfile_for("node2", run_dir)
+    assert ports.pidfile_for("a/../b c", run_dir) == f"{run_dir}/llmb-port-check-a_.._b_c.pid"
+    out = _listen_step("node1", [_lst(port)], run_dir)
+    try:
+        assert [o["port"] for o in out["opened"]] == [port]
+        _listen_step("node2", [], run_dir)
+        (rec,) = ports.probe("node2", [_lst(port)], 2)
+        assert rec["ok"], rec
+    finally:
+        assert ports.stop_listeners(ports.pidfile_for("node1", run_dir))
+
+
 def test_after_the_stand_in_a_service_binds_its_port_without_reuseaddr(tmp_path):
     """The probe connected to the stand-in; once it is stopped the service binds the port at once
     (every interface, no SO_REUSEADDR: no connection of the stand-in's left in TIME_WAIT)."""
