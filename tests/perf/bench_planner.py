@@ -47,8 +47,11 @@ def inventory(nodes: int, shape: str) -> tuple[dict, dict]:
         common.update(
             llmb_engine="sglang",
             llmb_engine_version="0.5.5",
+            # TP over every device with DP attention (attention TP 1): a TP of 8 x nodes alone would not
+            # divide Kimi-K2's 64 heads past 8 nodes, which the planner refuses (SGLang would at start)
             llmb_tensor_parallel=8 * nodes,
-            llmb_engine_args={"max-running-requests": 256},
+            llmb_data_parallel=8 * nodes,
+            llmb_engine_args={"max-running-requests": 256, "enable-dp-attention": True},
         )
     names = [f"gpu-{i:04d}" for i in range(nodes)]
     hostvars = {}
