@@ -50,3 +50,15 @@ def reraise_each(fns: Iterable[Callable[..., Any]], catch: type[Exception] | tup
     """``{name: reraise(fn, ...)}`` of the functions: what a filter plugin's ``FilterModule.filters``
     returns."""
     return {fn.__name__: reraise(fn, catch, as_error, prefix) for fn in fns}
+
+
+def stage_started(task_vars: dict[str, Any]) -> str | None:
+    """When the running stage started (the report's durations): playbooks/_run.yml starts the clock on
+    localhost at every stage of a run (and gives it to every host at the first)."""
+    hostvars = task_vars.get("hostvars") or {}
+    try:
+        started = (hostvars.get("localhost") or {}).get("llmb_stage_started")
+    except Exception:  # noqa: BLE001 (no localhost in an ad-hoc inventory)
+        started = None
+    started = started or task_vars.get("llmb_stage_started")
+    return started if isinstance(started, str) else None

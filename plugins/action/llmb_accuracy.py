@@ -8,7 +8,7 @@ from __future__ import annotations
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 from llmbctl import accuracy as A
-from llmbctl.plugin import ControllerAction
+from llmbctl.plugin import ControllerAction, stage_started
 from llmbctl.results import ResultError, record, result_path
 
 ARG_SPEC = {
@@ -30,8 +30,7 @@ class ActionModule(ControllerAction, ActionBase):
 
     def act(self, args, task_vars, result):
         host = args["host"] or task_vars.get("inventory_hostname")
-        started = task_vars.get("llmb_stage_started")
-        started = started if isinstance(started, str) else None
+        started = stage_started(task_vars)
 
         def write(data):
             try:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
-from llmbctl.plugin import ControllerAction
+from llmbctl.plugin import ControllerAction, stage_started
 from llmbctl.results import ResultError, record
 
 ARG_SPEC = {
@@ -24,9 +24,7 @@ class ActionModule(ControllerAction, ActionBase):
         host = args["host"] or task_vars.get("inventory_hostname")
         try:
             # llmb_stage_started: set per stage by playbooks/_run.yml (the report's durations)
-            started = task_vars.get("llmb_stage_started")
-            path = record(args["artifacts_dir"], args["stage"], host, args["data"],
-                          started=started if isinstance(started, str) else None)
+            path = record(args["artifacts_dir"], args["stage"], host, args["data"], started=stage_started(task_vars))
         except (ResultError, OSError) as err:
             raise AnsibleActionFail(f"{host}: llmb_record {args['stage']}: {err}") from None
         result.update(changed=False, path=path)

@@ -439,6 +439,9 @@ TOOLKIT_KNOBS: tuple[Knob, ...] = (
     _toolkit_knob("llmb_accel", "dict", None, "fact: the verify stage's accelerator facts (kept in the fact cache)"),
     _toolkit_knob("llmb_stage_needs_plan", "str", None, "playbooks/_run.yml: the stage that needs the launch plan"),
     _toolkit_knob("llmb_deployment_doc", "dict", None, "playbooks/_run.yml: the resolved deployment document (fact)"),
+    _toolkit_knob("llmb_fast_rerun", "bool", True, "stages engine, weights, ssh_mesh, serve: end a stage at once where "
+                  "its inputs and every node's state are those recorded at its last converged run (docs/scale.md); "
+                  "false runs every task"),
 )
 
 
