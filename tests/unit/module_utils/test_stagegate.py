@@ -1,0 +1,208 @@
+"""The fast path of a converged re-run: llmb.stagegate (node side: observe, compare with the record)
+and llmbctl.stagegate (controller side: the stage's inputs, their digest, what it watches)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import subprocess
+
+import pytest
+from llmb import stagegate as node
+from llmbctl import stagegate as ctl
+
+SERVICES = [
+    {"name": "llmb-ray", "kind": "systemd", "env": {"LLMB_BIND_PORTS": "6379"}, "config_files": [],
+     "ready": {"type": "tcp", "host": "10.0.0.1", "port": 6379}, "health": None, "api": None},
+    {"name": "llmb-vllm", "kind": "systemd", "env": {}, "ready": None,
+     "config_files": [{"path": "/etc/llmb/extra.yml", "content": "a: 1"}],
+     "health": {"url": "http://10.0.0.1:8000/health"}, "api": {"base_url": "http://10.0.0.1:8000/v1"}},
+]
+DOC = {
+    "schema": 1, "run": {"id": "r1", "artifacts_dir": "/a/r1"}, "hash": "sha256:1", "planned": True, "problems": [],
+    "platform": {"name": "h800-hgx8", "vendor": "nvidia"},
+    "engine": {"name": "vllm", "version": "0.19.1", "install": "host", "venv": "/opt/llmb/venvs/vllm-0.19.1"},
+    "model": {"dir": "/opt/llmb/models/m", "commit": "c1"},
+    "dirs": {"etc": "/etc/llmb", "opt": "/opt/llmb", "state": "/var/lib/llmb", "ssh_mesh": "/etc/llmb/ssh-mesh",
+             "tools": "/opt/llmb/tools", "uv": "/opt/llmb/uv", "bindto": "/opt/llmb/lib/llmb-bindto.so"},
+    "ports": {"api": 8000}, "start_levels": [10, 30], "pins": {"resolved": True},
+    "hosts": {"n1": {"address": "10.0.0.1", "rank": 0, "packages": [], "config_patches": [],
+                     "plan": {"services": SERVICES}},
+              "n2": {"address": "10.0.0.2", "rank": 1, "packages": [], "config_patches": [],
+                     "plan": {"services": []}}},
+}
+VARS = {"serve_smoke": True, "weights_strategy": "relay", "llmb_api_key": "k1", "llmb_run_id": "r1",
+        "ansible_host": "10.0.0.1", "engine_host_python": "3.12", "ssh_mesh_check_pairs": "mpirun"}
+
+
+def digests(doc=DOC, hostvars=VARS, host="n1"):
+    return {s: ctl.digest(doc, host, s, hostvars) for s in ctl.STAGES}
+
+
+def test_digest_ignores_the_run_and_the_document_hash():
+    other = copy.deepcopy(DOC)
+    other["run"] = {"id": "r2", "artifacts_dir": "/a/r2"}
+    other["hash"] = "sha256:2"
+    assert digests(other, dict(VARS, llmb_run_id="r2", llmb_stage_started="t2")) == digests()
+
+
+@pytest.mark.parametrize("change, acts", [
+    # one input of one stage: exactly that stage (and the stages that read the same part) acts
+    (lambda d, v: v.update(weights_strategy="hub"), {"weights"}),
+    (lambda d, v: v.update(serve_smoke=False), {"serve"}),
+    (lambda d, v: v.update(engine_host_python="3.11"), {"engine"}),
+    (lambda d, v: v.update(ssh_mesh_check_pairs="all"), {"ssh_mesh"}),
+    (lambda d, v: d["model"].update(commit="c2"), {"weights", "serve"}),
+    (lambda d, v: d["hosts"]["n1"]["plan"]["services"][1].update(argv=["x"]), {"serve"}),
+    (lambda d, v: d["hosts"]["n2"].update(address="10.0.0.9"), {"weights", "ssh_mesh", "serve"}),
+    (lambda d, v: d["engine"].update(version="0.20.0"), {"engine", "weights", "ssh_mesh", "serve"}),
+    (lambda d, v: v.update(llmb_api_key="k2"), set(ctl.STAGES)),  # an llmb_* knob: every gated stage
+    (lambda d, v: v.update(ansible_host="10.0.0.7"), set()),  # how the controller connects is no input
+])
+def test_a_changed_input_changes_exactly_the_stages_that_read_it(change, acts):
+    doc, hv = copy.deepcopy(DOC), dict(VARS)
+    change(doc, hv)
+    before, after = digests(), digests(doc, hv)
+    assert {s for s in ctl.STAGES if before[s] != after[s]} == acts
+
+
+def test_the_toolkit_code_is_an_input(tmp_path):
+    for rel in ("roles/serve/tasks", "roles/weights", "plugins/modules"):
+        (tmp_path / rel).mkdir(parents=True)
+    (tmp_path / "roles/serve/tasks/main.yml").write_text("- a\n")
+    (tmp_path / "roles/weights/main.yml").write_text("- w\n")
+    (tmp_path / "plugins/modules/m.py").write_text("x = 1\n")
+    before = {s: ctl.digest(DOC, "n1", s, VARS, root=tmp_path) for s in ctl.STAGES}
+    (tmp_path / "roles/serve/tasks/main.yml").write_text("- b\n")
+    after = {s: ctl.digest(DOC, "n1", s, VARS, root=tmp_path) for s in ctl.STAGES}
+    assert {s for s in ctl.STAGES if before[s] != after[s]} == {"serve"}
+    (tmp_path / "plugins/modules/m.py").write_text("x = 2\n")  # a module: every stage runs once in full
+    again = {s: ctl.digest(DOC, "n1", s, VARS, root=tmp_path) for s in ctl.STAGES}
+    assert all(again[s] != after[s] for s in ctl.STAGES)
+
+
+def test_a_variable_that_cannot_be_templated_is_an_input_not_a_crash():
+    class Vars(dict):
+        def __getitem__(self, k):
+            if k == "serve_bad":
+                raise RuntimeError("undefined")
+            return super().__getitem__(k)
+    hv = Vars(VARS, serve_bad=None)
+    assert ctl.knobs(hv, "serve")["serve_bad"].startswith("<cannot template")
+
+
+def test_unknown_stage_is_refused():
+    with pytest.raises(ctl.StageGateError, match="stage: expected one of engine, weights"):
+        ctl.digest(DOC, "n1", "bench", VARS)
+
+
+def test_watch_of_serve_names_units_files_listeners_and_health():
+    w = ctl.watch(DOC, "n1", "serve")
+    assert w["units"] == ["llmb-ray.service", "llmb-vllm.service"]
+    assert "/etc/llmb/extra.yml" in w["hash"] and "/opt/llmb/lib/llmb-bindto.so" in w["hash"]
+    assert w["tcp"] == [["10.0.0.1", 6379]] and w["http"] == ["http://10.0.0.1:8000/health"]
+    assert ctl.watch(DOC, "n2", "serve").get("units") is None  # nothing planned there
+    node.check_watch(w)  # what the controller asks, the node accepts
+
+
+def test_watch_of_a_container_engine_asks_docker():
+    doc = copy.deepcopy(DOC)
+    doc["engine"].update(install="container", venv=None)
+    assert ctl.watch(doc, "n1", "engine")["commands"][0][:2] == ["docker", "images"]
+
+
+def _tree(tmp_path):
+    (tmp_path / "units").mkdir()
+    (tmp_path / "units/llmb-a.service").write_text("[Unit]\n")
+    (tmp_path / "units/llmb-b.service").write_text("[Unit]\nB\n")
+    (tmp_path / "w").mkdir()
+    (tmp_path / "w/shard-1.safetensors").write_bytes(b"x" * 100)
+    return {"hash": [f"{tmp_path}/units/llmb-*"], "stat": [f"{tmp_path}/w/*"], "names": [f"{tmp_path}/v/*.dist-info"],
+            "units": ["llmb-a.service"]}
+
+
+def fake_run(active="active"):
+    def run(argv):
+        assert argv[:2] == ["systemctl", "show"]
+        return 0, "".join(f"Id={u}\nActiveState={active}\nUnitFileState=enabled\n\n" for u in argv[argv.index("--") + 1:])
+    return run
+
+
+def test_record_then_check_converges_and_names_every_drift(tmp_path):
+    w = _tree(tmp_path)
+    seen = node.observe(w, run=fake_run())
+    rec = json.loads(json.dumps(node.make_record("serve", "sha256:d1", seen)))  # as written and read back
+    assert node.differences(rec, "sha256:d1", node.observe(w, run=fake_run())) == []
+    # another digest: the inputs changed
+    assert "inputs changed" in node.differences(rec, "sha256:d2", seen)[0]
+    # a unit file edited, a shard grown, a unit stopped: each named
+    (tmp_path / "units/llmb-b.service").write_text("[Unit]\nedited\n")
+    (tmp_path / "w/shard-1.safetensors").write_bytes(b"x" * 101)
+    why = node.differences(rec, "sha256:d1", node.observe(w, run=fake_run("failed")))
+    assert "unit llmb-a.service is failed" in why
+    assert any("llmb-b.service" in d and d.startswith("hash ") for d in why), why
+    assert any("shard-1.safetensors" in d and d.startswith("stat ") for d in why), why
+    # a file removed
+    os.unlink(tmp_path / "units/llmb-a.service")
+    assert any("gone" in d and "llmb-a.service" in d for d in node.differences(rec, "sha256:d1", node.observe(w, run=fake_run())))
+
+
+def test_no_record_or_another_schema_is_never_converged(tmp_path):
+    w = _tree(tmp_path)
+    seen = node.observe(w, run=fake_run())
+    assert node.differences(None, "d", seen) == ["no record of a converged run of this stage on the node"]
+    assert node.differences({"schema": 0, "digest": "d", "seen": seen}, "d", seen)
+
+
+def test_an_unhealthy_service_is_never_converged_even_if_recorded_so(tmp_path):
+    w = {"tcp": [["127.0.0.1", 1]], "http": ["http://127.0.0.1:1/health"]}
+    seen = node.observe(w, tcp=lambda h, p: False, http=lambda u: 503)
+    rec = node.make_record("serve", "d", seen)
+    assert node.differences(rec, "d", seen) == ["nothing listens on 127.0.0.1:1",
+                                                "http://127.0.0.1:1/health answers 503, not 200"]
+
+
+def test_real_tcp_and_http_probes(tmp_path):
+    import http.server
+    import threading
+
+    srv = http.server.HTTPServer(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        port = srv.server_address[1]
+        seen = node.observe({"tcp": [["127.0.0.1", port]], "http": [f"http://127.0.0.1:{port}/nothing-here"]})
+        assert seen["tcp"] == {f"127.0.0.1:{port}": True}
+        assert seen["http"] == {f"http://127.0.0.1:{port}/nothing-here": 404}
+    finally:
+        srv.shutdown()
+
+
+@pytest.mark.parametrize("bad, msg", [
+    ([], "watch: expected a mapping"),
+    ({"files": []}, "unknown key(s) files"),
+    ({"hash": "x"}, "watch.hash: expected a list"),
+    ({"tcp": [["h", "22"]]}, "watch.tcp: bad entry"),
+    ({"commands": [[]]}, "watch.commands: bad entry"),
+])
+def test_bad_watch_is_refused_with_its_key(bad, msg):
+    with pytest.raises(node.GateError, match=msg.replace("(", r"\(").replace(")", r"\)")):
+        node.check_watch(bad)
+
+
+def test_record_path_refuses_a_path_in_the_stage_name():
+    assert node.record_path("/var/lib/llmb", "ssh_mesh") == "/var/lib/llmb/stages/ssh_mesh.json"
+    with pytest.raises(node.GateError, match="stage"):
+        node.record_path("/var/lib/llmb", "../etc")
+
+
+def test_parse_units_of_systemctl_show():
+    out = "Id=a.service\nActiveState=active\nUnitFileState=enabled\n\nId=b.service\nActiveState=inactive\nUnitFileState=\n"
+    assert node.parse_units(out) == {"a.service": ["active", "enabled"], "b.service": ["inactive", ""]}
+
+
+def test_the_benchmarks_shell_reader_reads_the_same_files(tmp_path):
+    w = _tree(tmp_path)
+    out = subprocess.run(["sh", "-c", ctl.shell_reader({k: w[k] for k in ("hash", "stat", "names")})],
+                         capture_output=True, text=True, check=True).stdout
+    assert "llmb-a.service" in out and "llmb-b.service" in out and "shard-1.safetensors" in out
