@@ -6,6 +6,7 @@ Tests run in file order and share one cluster: the converge test must pass first
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -60,6 +61,50 @@ def test_check_diff_on_converged_cluster_reports_no_change(cluster):
     assert run.rc == 0, _fail_text(run)
     recap = run.recap()
     assert all(r["changed"] == 0 and r["failed"] == 0 for r in recap.values()), (recap, run.changed_tasks())
+
+
+# The serve stage's fast path still runs these (smoke test, result); any other task of a gated
+# stage's role means the stage acted (playbooks/tasks/stage_gate.yml)
+FAST_PATH_TASKS = {"OpenAI smoke tests against the endpoint (from the controller, as a client would)",
+                   "Record this host's serve result"}
+GATED_ROLES = {"engine_host": "engine", "engine_image": "engine", "weights": "weights", "ssh_mesh": "ssh_mesh",
+               "serve": "serve"}
+
+
+def _stages_acted(out: str) -> set[str]:
+    acted = set()
+    for m in re.finditer(r"^TASK \[(\w+) : (.+?)\] \**$", out, re.M):
+        if m.group(1) in GATED_ROLES and m.group(2) not in FAST_PATH_TASKS:
+            acted.add(GATED_ROLES[m.group(1)])
+    return acted
+
+
+def test_fast_path_acts_in_exactly_the_stage_whose_input_or_state_changed(cluster):
+    """Issue 29: the converged re-run (test_second_run_changes_nothing) ran no gated stage's tasks; one
+    changed input runs exactly the stage that reads it; a file a stage made, edited on one node, runs
+    that stage, which puts it back; then nothing acts again."""
+    quiet = cluster.playbook("site.yml")
+    assert quiet.rc == 0, _fail_text(quiet)
+    assert _stages_acted(quiet.out) == set(), sorted(set(re.findall(r"^TASK \[((?:engine_host|weights|ssh_mesh|serve) : .+?)\]", quiet.out, re.M)))[:20]
+    assert all(r["changed"] == 0 for r in quiet.recap().values()), (quiet.recap(), quiet.changed_tasks())
+    # one input of one stage (a serve knob): serve runs in full, changes nothing, the others do not run
+    knob = cluster.playbook("site.yml", "-e", "serve_health_interval_s=3")
+    assert knob.rc == 0, _fail_text(knob)
+    assert _stages_acted(knob.out) == {"serve"}
+    assert all(r["changed"] == 0 for r in knob.recap().values()), (knob.recap(), knob.changed_tasks())
+    # drift: the mesh's client configuration edited on node2; the knob back to its default (serve again)
+    path = "/etc/llmb/ssh-mesh/ssh_config"
+    before = cluster.node("node2", "cat", path).stdout
+    cluster.node("node2", "sh", "-c", f"echo '# drift' >> {path}")
+    drift = cluster.playbook("site.yml")
+    assert drift.rc == 0, _fail_text(drift)
+    assert _stages_acted(drift.out) == {"ssh_mesh", "serve"}
+    changed = {(h, t.split("] ")[0]) for t in drift.changed_tasks() for h in re.findall(r"changed: \[(\w+)", t)}
+    assert changed and all(h == "node2" and "ssh_mesh :" in t for h, t in changed), drift.changed_tasks()
+    assert cluster.node("node2", "cat", path).stdout == before
+    again = cluster.playbook("site.yml", "--check", "--diff")
+    assert again.rc == 0 and _stages_acted(again.out) == set(), _fail_text(again)
+    assert all(r["changed"] == 0 for r in again.recap().values()), (again.recap(), again.changed_tasks())
 
 
 def _fault(cluster, node: str, unit: str, fault: str):

@@ -46,6 +46,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "tests/perf"))
 sys.path.insert(0, str(ROOT / "lib"))
+sys.path.insert(0, str(ROOT / "plugins/module_utils"))
 from bench_verify import probe_commands, ssh_args  # noqa: E402
 from llmbctl.stagegate import shell_reader, watch  # noqa: E402
 from perf_common import Run, ansible_env, cluster_name, inventory_hosts  # noqa: E402
@@ -101,7 +102,16 @@ def site(inv: Path, tree: Path, run_id: str, mitogen: bool = False) -> tuple[flo
         raise SystemExit(f"site.yml re-run changed something ({run_id}): {changed}\n{run.changed_tasks()[:10]}")
     per = stage_split(run.out)
     per["ansible start/plays"] = max(run.seconds - sum(per.values()), 0.0)
+    # Ansible's own unit of cost: a task round (one TASK header) and a task-host (one result line)
+    per["_tasks"] = float(len(re.findall(r"^TASK \[", run.out, re.M)))
+    per["_task_hosts"] = float(sum(r["ok"] + r["changed"] + r["failed"] + _skipped(run.out, h)
+                                   for h, r in run.recap().items()))
     return run.seconds, per, run
+
+
+def _skipped(out: str, host: str) -> int:
+    m = re.search(rf"^{re.escape(host)}\s+:.*skipped=(\d+)", out, re.M)
+    return int(m[1]) if m else 0
 
 
 def chat(base_url: str, model: str, key: str | None) -> int:
@@ -115,7 +125,7 @@ def chat(base_url: str, model: str, key: str | None) -> int:
         raise SystemExit(f"the loop's chat request to {base_url} failed: {err}") from None
 
 
-def ssh_loop(hosts: list[dict], doc: dict, key: str | None) -> dict[str, float]:
+def ssh_loop(hosts: list[dict], doc: dict, key: str | None, run_dir: Path) -> dict[str, float]:
     """Seconds per stage of the parallel SSH loop (control masters warm, not counted)."""
     cp = Path(tempfile.mkdtemp(prefix="llmb-rcp-"))
     with ThreadPoolExecutor(len(hosts)) as ex:
@@ -141,6 +151,7 @@ def ssh_loop(hosts: list[dict], doc: dict, key: str | None) -> dict[str, float]:
 
     probes = probe_commands("nvidia")
     out = {"preflight": on_all(lambda h: [PREFLIGHT]), "verify": on_all(lambda h: probes)}
+    out["verify"] += fabric_loop(hosts, doc, cp, run_dir)
     for stage in GATED:
         out[stage] = on_all(lambda h, s=stage: [shell_reader(watch(doc, h["name"], s))])
     out["serve"] += requests()
@@ -150,6 +161,46 @@ def ssh_loop(hosts: list[dict], doc: dict, key: str | None) -> dict[str, float]:
     for h in hosts:
         subprocess.run([*ssh_args(h, cp)[:-1], "-O", "exit", f"root@{h['ip']}"], capture_output=True, check=False)
     return out
+
+
+FABRIC = ROOT / "roles/verify/files/llmb_fabric_probe.py"
+REMOTE_FABRIC = "/tmp/llmb-bench-rerun-fabric-probe.py"
+
+
+def fabric_loop(hosts: list[dict], doc: dict, cp: Path, run_dir: Path) -> float:
+    """verify's cross-node fabric tests as the role runs them (roles/verify/defaults: port base 18515, 2 s,
+    1G), the same script fed to python3 over ssh: an ib_write_bw server per rail on every node, each
+    node's client to the next node's server, then all_reduce_perf from the first node over the mesh.
+    0 where the toolkit's run tested no fabric (no verify/fabric.json)."""
+    fab = run_dir / "verify" / "fabric.json"
+    if not fab.exists():
+        return 0.0
+    from llmb.sshmesh import mpirun_hosts
+
+    nodes = json.loads(fab.read_text())["nodes"]
+    addr = {n: e["address"] for n, e in (doc.get("hosts") or {}).items()}
+    script = FABRIC.read_bytes()
+    common = ["--port-base", "18515", "--seconds", "2", "--timeout", "120"]
+
+    def py(h: dict, *args: str) -> None:
+        subprocess.run([*ssh_args(h, cp), shlex.join(["python3", REMOTE_FABRIC, *args])], capture_output=True,
+                       check=False)
+
+    with ThreadPoolExecutor(len(hosts)) as ex:  # the script on every node first (it starts itself detached)
+        list(ex.map(lambda h: subprocess.run([*ssh_args(h, cp), f"cat > {REMOTE_FABRIC}"], input=script,
+                                             capture_output=True, check=True), hosts))
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(len(hosts)) as ex:
+        list(ex.map(lambda h: py(h, "ibbw", "--serve-only", "--devices", ",".join(nodes[h["name"]]["rails"]), *common),
+                    hosts))
+    with ThreadPoolExecutor(len(hosts)) as ex:
+        list(ex.map(lambda h: py(h, "ibbw", "--devices", ",".join(nodes[h["name"]]["rails"]), "--peer",
+                                 addr[nodes[h["name"]]["next"]], *common), hosts))
+    targets = [{"name": h["name"], "address": addr[h["name"]]} for h in hosts]
+    py(hosts[0], "allreduce", "--hosts", mpirun_hosts(targets, 8, nodes[hosts[0]["name"]]["hostname"]),
+       "--ssh-config", f"{(doc.get('dirs') or {}).get('ssh_mesh', '/etc/llmb/ssh-mesh')}/ssh_config",
+       "--ssh-port", "22", "--max-bytes", "1G", "--timeout", "120")
+    return time.perf_counter() - t0
 
 
 def bring_up(name: str, nodes: int) -> tuple[Path, float]:
@@ -185,7 +236,7 @@ def measure(inv: Path, repeat: int, mitogen: bool, baseline: Path | None, tag: s
         sides.setdefault("toolkit", []).append((secs, per, l0, load()))
         doc = json.loads((ROOT / "artifacts" / rid / "deployment.json").read_text())
         l0 = load()
-        lp = ssh_loop(hosts, doc, key)
+        lp = ssh_loop(hosts, doc, key, ROOT / "artifacts" / rid)
         sides.setdefault("loop", []).append((sum(lp.values()), lp, l0, load()))
         if mitogen:
             l0 = load()
@@ -221,7 +272,12 @@ def report(results: list[dict], first: dict[int, float], args_line: str, elapsed
             ratio = "-" if side == "loop" else f"{s / loop_s:.2f}"
             lines.append(f"| {n} | {'SSH loop (same state read)' if side == 'loop' else 're-run, ' + side} | {s:.1f} | "
                          f"{loop_s:.1f} | {ratio} | {ld} |")
-        tk = median_side(r["sides"]["toolkit"])[0]
+        tk, tk_per, _ = median_side(r["sides"]["toolkit"])
+        for side, runs in r["sides"].items():
+            if side != "loop":
+                s, per, _ = median_side(runs)
+                checks.append(f"- {n} nodes, {side}: {per.get('_tasks', 0):.0f} tasks, {per.get('_task_hosts', 0):.0f} "
+                              f"task-hosts (results); {s / max(per.get('_tasks', 1), 1):.2f} s per task round")
         checks.append(f"- {n} nodes: re-run / SSH loop {tk / loop_s:.2f} (target <= 3)"
                       + (f"; re-run / first bring-up {tk / first[n]:.2f} (target <= 0.25)" if n in first else ""))
     lines += ["", "Per stage (medians; toolkit = the stage's share of the site.yml re-run):", "",
@@ -233,7 +289,7 @@ def report(results: list[dict], first: dict[int, float], args_line: str, elapsed
         _, tk_per, _ = median_side(r["sides"]["toolkit"])
         mi = median_side(r["sides"]["toolkit, mitogen"])[1] if "toolkit, mitogen" in r["sides"] else {}
         be = median_side(r["sides"]["before (baseline tree)"])[1] if "before (baseline tree)" in r["sides"] else {}
-        for st in (*STAGES, "ansible start/plays"):
+        for st in (*STAGES, "ansible start/plays"):  # _tasks, _task_hosts: the notes below
             t, lp = tk_per.get(st, 0.0), loop_per.get(st)
             ratio = f"{t / lp:.2f}" if lp else "-"
             lines.append(f"| {n} | {st}{' (gated)' if st in GATED else ''} | {t:.1f} | "
