@@ -56,6 +56,7 @@ GATED = ("engine", "weights", "ssh_mesh", "serve")
 PREFLIGHT = "uname -sr; python3 --version; systemctl --version | head -1; command -v sshd; " \
             "nvidia-smi --query-gpu=driver_version --format=csv,noheader; command -v cc gcc clang; true"
 BENCH_REQUESTS, BENCH_CONCURRENCY = 32, 4
+MITOGEN_NOTES: set[str] = set()
 DOC = ROOT / "docs" / "scale.md"
 BEGIN, END = "<!-- bench_rerun: begin -->", "<!-- bench_rerun: end -->"
 
@@ -95,7 +96,13 @@ def site(inv: Path, tree: Path, run_id: str, mitogen: bool = False) -> tuple[flo
     log = ROOT / "artifacts" / run_id / "site.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     log.write_text(run.out)
-    if run.rc != 0:
+    failed = {h for h, r in run.recap().items() if r["failed"] or r["unreachable"]}
+    if run.rc != 0 and mitogen and failed == {"localhost"} and "module_utils/llmb/report.py" in run.out:
+        # known: under Mitogen the report stage's llmb_report cannot import its module_utils (relative
+        # import); every other stage ran, so the figure stands, with this noted in the table
+        MITOGEN_NOTES.add("the report stage's llmb_report fails to import under Mitogen (its module_utils' relative "
+                          "import); the Mitogen figure is every stage up to it")
+    elif run.rc != 0:
         raise SystemExit(f"site.yml re-run failed ({run_id}, {log}):\n{run.tail(4000)}")
     changed = {h: r["changed"] for h, r in run.recap().items() if r["changed"]}
     if changed:
@@ -295,7 +302,7 @@ def report(results: list[dict], first: dict[int, float], args_line: str, elapsed
             lines.append(f"| {n} | {st}{' (gated)' if st in GATED else ''} | {t:.1f} | "
                          f"{'-' if lp is None else f'{lp:.2f}'} | {ratio} | "
                          f"{f'{mi[st]:.1f}' if st in mi else '-'} | {f'{be[st]:.1f}' if st in be else '-'} |")
-    return "\n".join(lines + [""] + checks)
+    return "\n".join(lines + [""] + checks + [f"- Mitogen: {n}" for n in sorted(MITOGEN_NOTES)])
 
 
 def write_doc(text: str) -> None:
