@@ -95,6 +95,8 @@ class FlagSet:
     allow_abbrev: bool = False
     # environment variable the engine reads its API key from (hand overlay); None: flag only
     api_key_env: str | None = None
+    # the model architectures the release registers (generated set); [] when its walk cannot tell
+    architectures: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self._alias: dict[str, str] = {}
@@ -293,4 +295,5 @@ def flagset_from_doc(data: EngineData, name: str, doc: dict[str, Any]) -> FlagSe
         rewrites=list(gen.get("rewrites") or []),
         allow_abbrev=bool(gen.get("allow_abbrev", False)),
         api_key_env=hand.get("api_key_env") or None,
+        architectures=list(gen.get("architectures") or []),
     )

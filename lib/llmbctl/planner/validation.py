@@ -235,7 +235,17 @@ def check_model(ctx: Context, engine_args: dict[str, Any]) -> list[Problem]:
     for p in patches:
         patched[p["path"]] = p["value"]
     mtype = patched.get("model_type")
-    if mtype and fs.supports_model_types and mtype not in fs.supports_model_types:
+    # the model against the release and the platform (catalog.model_release_problems): the release
+    # the profile requires, the architectures and parsers the release registers, the CUDA generation
+    compat = ctx.data.model_release_problems(ctx.model_record, ctx.engine, ctx.version, ctx.platform.vendor)
+    problems += [Problem(c["check"], c["message"], found=c["found"], expected=c["expected"], fix=c["fix"])
+                 for c in compat]
+    reported = {c["found"] for c in compat}
+    arch = (facts.get("architectures") or [None])[0]
+    registered = bool(arch) and arch in (getattr(fs, "architectures", None) or [])
+    arch_refused = any(arch and arch in c["message"] and c["check"] == "model-engine" for c in compat)
+    if (mtype and fs.supports_model_types and mtype not in fs.supports_model_types and not registered
+            and not arch_refused):
         problems.append(
             Problem(
                 "model-type",
@@ -269,14 +279,20 @@ def check_model(ctx: Context, engine_args: dict[str, Any]) -> list[Problem]:
     ):
         value = engine_args.get(flag)
         known = fs.parsers.get(kind)
+        profile_value = (ctx.model_record.engine_flags.get(ctx.engine) or {}).get(flag.lstrip("-"))
+        if value == profile_value and any(f"({kind} parsers:" in f for f in reported):
+            continue  # the catalog's check above named it with the releases that register it
         if value is not None and known is not None and value not in known:
+            ok = ctx.data.releases_where(
+                ctx.engine, lambda d, k=kind, n=value: n in ((d.get("parsers") or {}).get(k) or []))
             problems.append(
                 Problem(
                     "engine-parser",
                     f"{flag} {value} is not a parser of {ctx.engine} {ctx.version}",
                     found=value,
                     expected=" | ".join(known) or "(none: this release has no such parser)",
-                    fix=f"drop {flag} for {ctx.engine} in the model profile or engine args",
+                    fix=(f"set llmb_engine_version to a release that registers it ({', '.join(ok)}), or " if ok else "")
+                    + f"drop {flag} for {ctx.engine} in the model profile or engine args",
                 )
             )
     return problems
