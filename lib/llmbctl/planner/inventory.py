@@ -974,6 +974,11 @@ _SPEC_TYPES = {"str": "str", "path": "str", "raw": "any", "int": "int", "float":
                "list": "list", "dict": "dict"}
 
 
+# role options the planner reads (a stage decides nothing the plan already says): serve_smoke_image
+# decides the plan's api.vision, which the serve role's smoke test follows
+PLANNER_READ_STAGE_KNOBS = ("serve_smoke_image",)
+
+
 @lru_cache(maxsize=4)
 def stage_knobs(roles_dir: str | None = None) -> dict[str, Knob]:
     """Knobs of the stage roles' options (every entry point of roles/*/meta/argument_specs.yml).
@@ -1265,6 +1270,12 @@ def read_deployment(
         elif knob.name in bad_vars:
             continue
         values[knob.name] = value
+    # stage options the plan itself depends on (the smoke test's image: the plan's api.vision)
+    for name in PLANNER_READ_STAGE_KNOBS:
+        value, _ = read_var(head_hv, name)
+        knob = stage_knobs().get(name)
+        if name not in bad_vars:
+            values[name] = value if value is not None else (knob.default if knob else None)
 
     # knobs that shape the whole cluster must agree on every node
     shared = [k.name for k in KNOBS if not k.per_host and k.name != "llmb_head"]

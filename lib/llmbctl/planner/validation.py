@@ -225,6 +225,18 @@ def check_fit(ctx: Context, topo: Topology, engine_args: dict[str, Any]) -> list
     return memory.check_fit(ctx, topo, engine_args)
 
 
+def takes_images(model: dict[str, Any], engine_args: dict[str, Any]) -> tuple[bool, str]:
+    """(the served model takes images, why): the profile's modality (a vision tower) and the text-only
+    switch among the engine args (vLLM --language-model-only does not load the tower)."""
+    mod = model.get("modality") if isinstance(model.get("modality"), dict) else {}
+    if not mod.get("vision"):
+        return False, "the model has no vision tower (its profile's modality)"
+    flag = mod.get("text_only_flag")
+    if flag and engine_args.get(flag):
+        return False, f"the model is served text-only ({flag})"
+    return True, "the model has a vision tower"
+
+
 def check_model(ctx: Context, engine_args: dict[str, Any]) -> list[Problem]:
     """Model type support, parsers, and the config.json checks the engine makes at start."""
     problems = []
@@ -270,6 +282,20 @@ def check_model(ctx: Context, engine_args: dict[str, Any]) -> list[Problem]:
                     f"{ctx.engine} rejects {ctx.model_name}'s config.json: {check['error']}",
                     found=f"{check['path']} = {value!r}",
                     fix=f"add the patch under config_patches.{ctx.engine} in data/models/{ctx.model_name}.yml",
+                )
+            )
+    if ctx.v.get("serve_smoke_image") == "always":
+        images, why = takes_images(ctx.model, engine_args)
+        if not images:
+            problems.append(
+                Problem(
+                    "modality",
+                    f"serve_smoke_image: always asks the smoke test for an image, but {ctx.model_name} as planned "
+                    f"takes none: {why}",
+                    found="serve_smoke_image: always",
+                    expected="auto | never for a text-only serve",
+                    fix="set serve_smoke_image: auto (an image exactly when the served model takes one) or never"
+                    + (f"; or drop {why.split('(')[-1].rstrip(')')} from llmb_engine_args" if "text-only" in why else ""),
                 )
             )
     for flag, kind in (

@@ -14,7 +14,7 @@ from ..flags import OWNER_HINT, EngineArgs
 from ..inventory import Node
 from ..model import HostPlan, Problem, Service
 from ..topology import Topology
-from ..validation import model_patches
+from ..validation import model_patches, takes_images
 from . import ascend, nvidia, rocm
 
 ORDER_FIRST = 10
@@ -134,12 +134,17 @@ def api_block(ctx: Context, topo: Topology, node: Node, engine_args: dict[str, A
     tools = bool(engine_args.get("--tool-call-parser"))
     if topo.caps.tool_choice_flag:
         tools = tools and bool(engine_args.get(topo.caps.tool_choice_flag))
-    return {
+    out = {
         "base_url": http_url(node.address, ctx.v["llmb_api_port"], "/v1"),
         "served_model_name": ctx.served_name,
         "reasoning": reasoning,
         "tool_calls": tools,
     }
+    # the smoke test sends an image (serve role, llmb_smoke image) when the served model takes one;
+    # in the JSON only when set, so the plans of text models keep their form
+    if takes_images(ctx.model, engine_args)[0] and ctx.v.get("serve_smoke_image") != "never":
+        out["vision"] = True
+    return out
 
 
 def node_plan(
