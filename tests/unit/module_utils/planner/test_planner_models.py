@@ -244,3 +244,52 @@ def test_profiles_record_their_sources_and_modality(name):
     assert raw["modality"]["vision"] is True and raw["modality"]["text_only_flag"] == "--language-model-only"
     assert raw["served_model_name"] == raw["repo_id"]
     assert raw["max_position_embeddings"] in (262_144, 1_048_576)
+
+
+# ----------------------------------------------------------------------------- modality vs smoke (#26 point 4)
+
+
+def _api(planned) -> dict:
+    apis = [s.api for hp in planned.hosts for s in hp.services if s.api]
+    assert apis
+    return apis[0]
+
+
+K26_H200 = {"llmb_model": "kimi-k2.6", "llmb_engine_version": "0.32.0", "llmb_decode_context_parallel": 1}
+
+
+def test_a_vision_model_gets_an_image_in_the_smoke_test():
+    assert _api(_plan("h200", **K26_H200))["vision"] is True
+
+
+def test_a_text_only_serve_of_a_vision_model_sends_no_image():
+    api = _api(_plan("h200", llmb_engine_args={"language-model-only": True}, **K26_H200))
+    assert "vision" not in api
+    assert "vision" not in _api(_plan("h200", serve_smoke_image="never", **K26_H200))
+
+
+def test_a_text_model_keeps_its_api_block():
+    api = _api(_plan("h200", llmb_decode_context_parallel=1))
+    assert set(api) == {"base_url", "served_model_name", "reasoning", "tool_calls"}
+
+
+@pytest.mark.parametrize("overrides,why", [
+    ({"llmb_decode_context_parallel": 1}, "has no vision tower"),
+    ({**K26_H200, "llmb_engine_args": {"language-model-only": True}}, "served text-only (--language-model-only)"),
+])
+def test_an_image_smoke_on_a_text_serve_is_refused_at_stage_0(overrides, why):
+    with pytest.raises(PlanError) as err:
+        _plan("h200", serve_smoke_image="always", **overrides)
+    probs = [p for p in err.value.problems if p.check == "modality"]
+    assert len(probs) == 1 and why in probs[0].message
+    assert probs[0].found == "serve_smoke_image: always" and "serve_smoke_image: auto" in probs[0].fix
+
+
+def test_an_image_smoke_on_a_vision_model_is_planned():
+    assert _api(_plan("h200", serve_smoke_image="always", **K26_H200))["vision"] is True
+
+
+def test_a_bad_smoke_image_value_names_the_variable():
+    with pytest.raises(PlanError) as err:
+        _plan("h200", serve_smoke_image="sometimes", **K26_H200)
+    assert any("serve_smoke_image" in p.message or "serve_smoke_image" in str(p.found) for p in err.value.problems)
