@@ -7,7 +7,7 @@ import os
 import sys
 import time
 
-from . import flagset, runtime
+from . import flagset, kimiformat, runtime
 from .api import ApiConfig, ApiServer
 
 USAGE = "usage: vllm serve [model_tag] [options]"
@@ -151,6 +151,8 @@ def serve(fs: dict, engine: str, args: dict, pos: list[str], log: runtime.Log) -
         auto_tool_choice=bool(args.get("--enable-auto-tool-choice")),
         faults=faults,
         api_keys=_api_keys(fs, args),
+        model_format=kimiformat.model_format(config),
+        vision=isinstance(config.get("vision_config"), dict) and not args.get("--language-model-only"),
     )
     host = args.get("--host") or "0.0.0.0"
     port = int(args.get("--port", 8000))

@@ -1,0 +1,159 @@
+"""The double speaks the Kimi formats (#24 point 7): kimi_k2 and kimi_k3 tool-call / reasoning text read
+by the server's own parser, multimodal chat requests (image_url content parts), and the smoke test
+against it: an image for a vision model, a kimi_k3 tool call for Kimi-K3."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from enginesim import kimiformat
+from enginesim.api import ApiConfig, ApiError, ApiServer, chat_completion
+from enginesim.runtime import Log
+from llmb.smoke import IMAGE_URL, image_request, png_bytes, run_smoke
+
+CALL = {"name": "get_weather", "arguments": {"city": 'Paris & "Lyon"', "days": 3, "unit": "c"}}
+TOOLS = [{"type": "function", "function": {
+    "name": "get_weather",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
+
+
+# ----------------------------------------------------------------------------- the formats
+
+
+def test_kimi_k3_text_is_the_xtml_channels():
+    raw = kimiformat.render("kimi_k3", "think first", "hello", [CALL])
+    assert raw.startswith("<|open|>think<|sep|>think first<|close|>think<|sep|>")
+    assert "<|open|>response<|sep|>hello<|close|>response<|sep|>" in raw
+    assert '<|open|>call tool="get_weather" index="1"<|sep|>' in raw
+    # string arguments raw, the others JSON; quotes and ampersands escaped in attributes only
+    assert '<|open|>argument key="city" type="string"<|sep|>Paris & "Lyon"<|close|>argument<|sep|>' in raw
+    assert '<|open|>argument key="days" type="json"<|sep|>3<|close|>argument<|sep|>' in raw
+    assert raw.endswith("<|close|>tools<|sep|><|close|>message<|sep|>")
+
+
+def test_kimi_k3_parser_reads_back_calls_reasoning_and_reply():
+    raw = kimiformat.render("kimi_k3", "think first", "hello", [CALL])
+    reasoning, content, calls = kimiformat.parse("kimi_k3", "kimi_k3", raw)
+    assert reasoning == "think first" and content == "hello"
+    assert [c["function"]["name"] for c in calls] == ["get_weather"]
+    assert json.loads(calls[0]["function"]["arguments"]) == CALL["arguments"]
+
+
+def test_kimi_k2_format_round_trip():
+    raw = kimiformat.render("kimi_k2", "hmm", None, [CALL])
+    assert "<|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>" in raw
+    reasoning, content, calls = kimiformat.parse("kimi_k2", "kimi_k2", raw)
+    assert reasoning == "hmm" and content == "" and calls[0]["id"] == "functions.get_weather:0"
+    assert json.loads(calls[0]["function"]["arguments"]) == CALL["arguments"]
+
+
+def test_a_parser_of_another_format_finds_no_call():
+    raw = kimiformat.render("kimi_k3", None, None, [CALL])
+    _, content, calls = kimiformat.parse("kimi_k2", "kimi_k2", raw)
+    assert calls == [] and "<|open|>tools<|sep|>" in content  # the markup reaches the client, as on a cluster
+
+
+@pytest.mark.parametrize("config,fmt", [
+    ({"model_type": "kimi_k3", "text_config": {"model_type": "kimi_linear"}}, "kimi_k3"),
+    ({"model_type": "kimi_k25", "text_config": {"model_type": "deepseek_v3"}}, "kimi_k2"),
+    ({"model_type": "kimi_k2"}, "kimi_k2"),
+    ({"model_type": "llama"}, None),
+])
+def test_model_format_from_config(config, fmt):
+    assert kimiformat.model_format(config) == fmt
+
+
+# ----------------------------------------------------------------------------- the API
+
+
+def cfg(**kw) -> ApiConfig:
+    base = dict(engine="vllm", version="0.32.0", served_names=["moonshotai/Kimi-K3"], model_path="/m",
+                reasoning_parser="kimi_k3", tool_call_parser="kimi_k3", auto_tool_choice=True,
+                model_format="kimi_k3", vision=True)
+    base.update(kw)
+    return ApiConfig(**base)
+
+
+def ask(c: ApiConfig, **req) -> dict:
+    body = {"model": c.served_names[0], "messages": [{"role": "user", "content": "Weather in Paris?"}]}
+    body.update(req)
+    return chat_completion(c, body)
+
+
+def test_k3_tool_call_through_the_kimi_k3_parser():
+    out = ask(cfg(), tools=TOOLS, tool_choice="auto")
+    msg = out["choices"][0]["message"]
+    assert out["choices"][0]["finish_reason"] == "tool_calls"
+    assert [c["function"]["name"] for c in msg["tool_calls"]] == ["get_weather"]
+    assert json.loads(msg["tool_calls"][0]["function"]["arguments"]) == {"city": "enginesim"}
+    assert msg["reasoning_content"] and "<|" not in (msg["content"] or "")
+
+
+def test_k3_served_with_the_kimi_k2_parser_loses_its_tool_call():
+    msg = ask(cfg(tool_call_parser="kimi_k2", reasoning_parser="kimi_k2"), tools=TOOLS,
+              tool_choice="auto")["choices"][0]["message"]
+    assert msg["tool_calls"] == [] and "<|open|>tools<|sep|>" in msg["content"]
+
+
+def test_an_image_is_answered_by_a_vision_model():
+    msg = chat_completion(cfg(), image_request({"model": "moonshotai/Kimi-K3"}))["choices"][0]["message"]
+    assert "[an image of 16x16]" in msg["content"]
+
+
+def test_an_image_to_a_text_only_server_is_a_400():
+    with pytest.raises(ApiError) as err:
+        chat_completion(cfg(vision=False), image_request({"model": "moonshotai/Kimi-K3"}))
+    assert err.value.status == 400 and "image" in err.value.message
+
+
+def test_the_smoke_image_is_a_real_png():
+    raw = png_bytes(3, 2)
+    assert raw[:8] == b"\x89PNG\r\n\x1a\n" and int.from_bytes(raw[16:20], "big") == 3
+    assert IMAGE_URL.startswith("data:image/png;base64,")
+
+
+# ----------------------------------------------------------------------------- the smoke test against it
+
+
+def _serve(c: ApiConfig):
+    srv = ApiServer(c, "127.0.0.1", 0, Log())
+    srv.ready.set()
+    return srv, f"http://127.0.0.1:{srv.port}/v1"
+
+
+@pytest.mark.parametrize("c", [
+    cfg(),  # Kimi-K3: kimi_k3 parsers, vision
+    cfg(served_names=["moonshotai/Kimi-K2.6"], reasoning_parser="kimi_k2", tool_call_parser="kimi_k2",
+        model_format="kimi_k2"),  # K2.6: kimi_k2 parsers, vision
+], ids=["kimi-k3", "kimi-k2.6"])
+def test_smoke_passes_with_an_image_and_a_tool_call(c):
+    srv, base = _serve(c)
+    try:
+        checks = run_smoke(base, c.served_names[0], True, True, 5, image=True)
+    finally:
+        srv.httpd.shutdown()
+        srv.httpd.server_close()
+    assert all(x["ok"] for x in checks), checks
+    assert {x["check"] for x in checks} >= {"image-input", "tool-call", "reasoning-content"}
+
+
+def test_smoke_fails_when_the_server_takes_no_image():
+    srv, base = _serve(cfg(vision=False))
+    try:
+        checks = run_smoke(base, "moonshotai/Kimi-K3", True, True, 5, image=True)
+    finally:
+        srv.httpd.shutdown()
+        srv.httpd.server_close()
+    bad = [x for x in checks if not x["ok"]]
+    assert [x["check"] for x in bad] == ["image-input"] and bad[0]["status"] == 400
+
+
+def test_smoke_fails_when_k3_is_served_with_the_k2_parser():
+    srv, base = _serve(cfg(tool_call_parser="kimi_k2", reasoning_parser="kimi_k2"))
+    try:
+        checks = run_smoke(base, "moonshotai/Kimi-K3", True, True, 5)
+    finally:
+        srv.httpd.shutdown()
+        srv.httpd.server_close()
+    assert [x["check"] for x in checks if not x["ok"]] == ["reasoning-content", "tool-call"]
