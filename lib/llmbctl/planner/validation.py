@@ -237,6 +237,18 @@ def takes_images(model: dict[str, Any], engine_args: dict[str, Any]) -> tuple[bo
     return True, "the model has a vision tower"
 
 
+def _engines_registering(ctx: Context, arch: str | None) -> str:
+    """The fix for a model no patch makes loadable: the shipped releases that register its architecture."""
+    found = []
+    for engine in sorted({r.engine for r in ctx.data.engine_releases()}):
+        ok = ctx.data.releases_where(engine, lambda d: bool(arch) and arch in (d.get("architectures") or []))
+        if ok:
+            found.append(f"{engine} {', '.join(ok)}")
+    where = "; ".join(found) if found else "none of the shipped releases"
+    return (f"serve {ctx.model_name} with an engine release that registers {arch or 'its architecture'} "
+            f"(llmb_engine / llmb_engine_version): {where}")
+
+
 def check_model(ctx: Context, engine_args: dict[str, Any]) -> list[Problem]:
     """Model type support, parsers, and the config.json checks the engine makes at start."""
     problems = []
@@ -266,8 +278,9 @@ def check_model(ctx: Context, engine_args: dict[str, Any]) -> list[Problem]:
                 found=f"model_type {facts.get('model_type')!r}"
                 + (" (after the profile's patches)" if patches else ", no config patch for this engine"),
                 expected=" | ".join(fs.supports_model_types),
-                fix=f"add to data/models/{ctx.model_name}.yml config_patches.{ctx.engine}: "
-                "[{path: model_type, value: deepseek_v3, expect: kimi_k2}] (seed 004 workaround)",
+                fix=(f"add to data/models/{ctx.model_name}.yml config_patches.{ctx.engine}: "
+                     "[{path: model_type, value: deepseek_v3, expect: kimi_k2}] (seed 004 workaround)"
+                     if facts.get("model_type") == "kimi_k2" else _engines_registering(ctx, arch)),
             )
         )
     for check in fs.config_checks:

@@ -293,3 +293,19 @@ def test_a_bad_smoke_image_value_names_the_variable():
     with pytest.raises(PlanError) as err:
         _plan("h200", serve_smoke_image="sometimes", **K26_H200)
     assert any("serve_smoke_image" in p.message or "serve_smoke_image" in str(p.found) for p in err.value.problems)
+
+
+def test_a_model_no_patch_can_load_names_the_engines_that_register_it():
+    with pytest.raises(PlanError) as err:
+        plan_inventory(*_trtllm_k3(), DATA)
+    (prob,) = [p for p in err.value.problems if p.check == "model-type"]
+    assert "deepseek_v3" not in prob.fix  # the K2 workaround does not load K3
+    assert "registers KimiK3ForConditionalGeneration" in prob.fix and "vllm 0.32.0" in prob.fix
+    assert "sglang 0.5.23" in prob.fix
+
+
+def _trtllm_k3():
+    hv, groups = load_inventory("h200-trtllm")
+    for h in hv.values():
+        h["llmb_model"] = "kimi-k3"
+    return hv, groups
