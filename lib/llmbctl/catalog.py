@@ -350,6 +350,21 @@ def model_from_doc(name: str, doc: Any, path: str) -> ModelRecord:
         if section is not None and not isinstance(section, dict):
             errs.append(f"engine_flags.{key} must be a mapping of flags, found {section!r}")
     files = _typecheck(doc, "files", dict, errs, allow_none=True, required=False) or {}
+    mod = _typecheck(doc, "modality", dict, errs, allow_none=True, required=False) or {}
+    if mod:
+        _typecheck(doc, "modality.vision", bool, errs)
+        _typecheck(doc, "modality.vision_tower_bytes", int, errs, allow_none=True, required=False)
+        _typecheck(doc, "modality.encoder_tp_mode_flag", str, errs, allow_none=True, required=False)
+        _typecheck(doc, "modality.text_only_flag", str, errs, allow_none=True, required=False)
+    reqs = _typecheck(doc, "requires", dict, errs, allow_none=True, required=False) or {}
+    for key in reqs:
+        if key not in ("engines", "nvidia"):
+            errs.append(f"requires.{key}: only 'engines' and 'nvidia' are known")
+    for engine in (_typecheck(doc, "requires.engines", dict, errs, required=False) or {}):
+        _typecheck(doc, f"requires.engines.{engine}.min_version", str, errs)
+    if "nvidia" in reqs:
+        _typecheck(doc, "requires.nvidia.cuda_major", int, errs)
+        _typecheck(doc, "requires.nvidia.driver_min", str, errs)
     patches = _typecheck(doc, "config_patches", dict, errs, allow_none=True, required=False) or {}
     for key in patches:
         try:

@@ -309,3 +309,20 @@ def _trtllm_k3():
     for h in hv.values():
         h["llmb_model"] = "kimi-k3"
     return hv, groups
+
+
+@pytest.mark.parametrize("patch,field", [
+    ({"modality": {"vision": "yes"}}, "modality.vision"),
+    ({"requires": {"engines": {"vllm": {"min_version": 27}}}}, "requires.engines.vllm.min_version"),
+    ({"requires": {"nvidia": {"cuda_major": "13", "driver_min": "580"}}}, "requires.nvidia.cuda_major"),
+    ({"requires": {"amd": {}}}, "requires.amd"),
+])
+def test_a_malformed_requires_or_modality_names_the_field(tmp_path, patch, field):
+    import yaml
+    from llmbctl.catalog import CatalogError
+
+    doc = dict(K3, **patch)
+    (tmp_path / "m.yml").write_text(yaml.safe_dump(doc))
+    with pytest.raises(CatalogError) as err:
+        Catalog(models_dir=tmp_path).model("m")
+    assert field in str(err.value)
