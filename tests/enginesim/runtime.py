@@ -202,7 +202,10 @@ def check_model_config(log: Log, fs: dict, model_dir: Path, config: dict, trust_
     """Fail the way the engine does on a config.json it cannot load (facts from the flag set)."""
     mtype = config.get("model_type")
     supported = fs.get("supports_model_types") or []
-    if supported and mtype not in supported:
+    # the release's own registry decides first: an architecture it registers loads (Kimi-K2.5's
+    # KimiK25ForConditionalGeneration, Kimi-K3's KimiK3ForConditionalGeneration), whatever model_type says
+    registered = set(fs.get("architectures") or []) & set(config.get("architectures") or [])
+    if supported and mtype not in supported and not registered:
         die(
             log,
             f"ValueError: The checkpoint you are trying to load has model type `{mtype}` but "

@@ -157,3 +157,15 @@ def test_smoke_fails_when_k3_is_served_with_the_k2_parser():
         srv.httpd.shutdown()
         srv.httpd.server_close()
     assert [x["check"] for x in checks if not x["ok"]] == ["reasoning-content", "tool-call"]
+
+
+def test_the_release_registry_decides_whether_a_k3_checkpoint_loads(tmp_path, monkeypatch):
+    from pathlib import Path
+
+    from enginesim import flagset, runtime
+
+    monkeypatch.setenv("LLMB_ENGINESIM_DATA", str(Path(__file__).resolve().parents[3] / "data" / "engines"))
+    config = {"model_type": "kimi_k3", "architectures": ["KimiK3ForConditionalGeneration"]}
+    runtime.check_model_config(Log(), flagset.load("vllm", "0.32.0"), tmp_path, config, True)  # registered
+    with pytest.raises(SystemExit):
+        runtime.check_model_config(Log(), flagset.load("vllm", "0.26.0"), tmp_path, config, True)
