@@ -326,3 +326,16 @@ def test_a_malformed_requires_or_modality_names_the_field(tmp_path, patch, field
     with pytest.raises(CatalogError) as err:
         Catalog(models_dir=tmp_path).model("m")
     assert field in str(err.value)
+
+
+def test_k3_under_dp_and_expert_parallel_keeps_the_replicated_part_on_every_rank():
+    text = 1.6e12 - 942_287_840  # the vision tower is placed on its own (vision_share)
+    experts = 896 * 92 * 3 * 3584 * 3072 * (0.5 + 1 / 32)  # 1,446.5 GB of routed experts
+    # DP 16 + EP (TP 1): every rank holds the whole rest (152.6 GB) beside 1/16 of the experts
+    w, shards, how = memory.weights_per_device(text, "vllm", 1, 1, 16, True, K3)
+    assert shards == 16 and w == pytest.approx((text - experts) + experts / 16)
+    assert w / 1e9 == pytest.approx(243.0, abs=0.1)  # over an H200's 150.7 GB: DEP needs bigger devices
+    assert "replicated 152.6 GB / (TP 1 x PP 1)" in how
+    # TP 8 x DP 2 + EP: the rest split 8 ways, the experts 16 ways
+    w, _, _ = memory.weights_per_device(text, "vllm", 8, 1, 2, True, K3)
+    assert w == pytest.approx((text - experts) / 8 + experts / 16)
