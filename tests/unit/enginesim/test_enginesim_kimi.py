@@ -169,3 +169,55 @@ def test_the_release_registry_decides_whether_a_k3_checkpoint_loads(tmp_path, mo
     runtime.check_model_config(Log(), flagset.load("vllm", "0.32.0"), tmp_path, config, True)  # registered
     with pytest.raises(SystemExit):
         runtime.check_model_config(Log(), flagset.load("vllm", "0.26.0"), tmp_path, config, True)
+
+
+# ----------------------------------------------------------------------------- a sample's plan, served by the double
+
+K3_CONFIG = {"model_type": "kimi_k3", "architectures": ["KimiK3ForConditionalGeneration"],
+             "auto_map": {"AutoConfig": "configuration_kimi_k3.KimiK3Config"},
+             "text_config": {"model_type": "kimi_linear", "max_position_embeddings": 1048576},
+             "vision_config": {"vt_hidden_size": 1152}}
+K26_CONFIG = {"model_type": "kimi_k25", "architectures": ["KimiK25ForConditionalGeneration"],
+              "auto_map": {"AutoConfig": "configuration_kimi_k25.KimiK25Config"},
+              "text_config": {"model_type": "deepseek_v3"}, "max_position_embeddings": 262144,
+              "vision_config": {"vt_hidden_size": 1152}}
+
+
+@pytest.mark.parametrize("sample,config,text_only", [
+    ("mi355x-k3", K3_CONFIG, False),
+    ("h200-k26", K26_CONFIG, False),
+    ("h200-k26", K26_CONFIG, True),
+])
+def test_a_samples_plan_served_by_the_double_passes_its_smoke_test(tmp_path, sample, config, text_only):
+    """The plan's argv run as a process; the smoke test as the serve role runs it, from the plan's api:
+    an image for the vision model, a kimi_k3 (or kimi_k2) tool call through the release's parser."""
+    import sys as _sys
+
+    from enginesim_helpers import REPO, Proc, cli, free_port, sim_env, wait_healthy
+    from llmbctl.planner import plan_inventory
+
+    _sys.path.insert(0, str(REPO / "tests" / "unit" / "module_utils" / "planner"))
+    from planner_helpers import load_inventory
+
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps(config))
+    port = free_port()
+    hv, groups = load_inventory(sample)
+    for v in hv.values():
+        v.update(llmb_model_dir=str(model), llmb_api_port=port, llmb_api_host="127.0.0.1", ansible_host="127.0.0.1",
+                 llmb_install="host", llmb_container_image=None, llmb_engine_args=dict(
+                     v.get("llmb_engine_args") or {}, **({"language-model-only": True} if text_only else {})))
+    (host,) = plan_inventory(hv, groups, str(REPO / "data")).to_list()
+    svc = next(s for s in host["services"] if s.get("api"))
+    argv = [*cli("vllm"), *svc["argv"][1:]]
+    api = svc["api"]
+    assert api.get("vision", False) is (not text_only)
+    env = sim_env(tmp_path / "s", LLMB_ENGINESIM_VERSION_VLLM=svc["argv"][0].split("vllm-")[1].split("/")[0])
+    with Proc(argv, env, tmp_path / "vllm.log") as proc:
+        wait_healthy(port, proc)
+        checks = run_smoke(api["base_url"], api["served_model_name"], api["reasoning"], api["tool_calls"], 20,
+                           image=api.get("vision", False))
+    assert checks and all(c["ok"] for c in checks), (checks, proc.output())
+    assert ("image-input" in {c["check"] for c in checks}) is (not text_only)
+    assert "tool-call" in {c["check"] for c in checks}
