@@ -171,15 +171,26 @@ def parse(fs: dict, argv: list[str], max_positionals: int | None = None) -> tupl
         for s in spec.get("negation", []):
             strings[s] = (canon, True)
 
+    negations = {}  # spelled-out negations (--no-x, vLLM 0.33's --disable-x) and hidden ones (--no-enable-x)
+    for canon, spec in fs["flags"].items():
+        for s in [*spec.get("negation", []), *spec.get("negation_hidden", [])]:
+            negations[s] = canon
+        for s in spec.get("aliases_hidden", []):
+            alias[s] = canon
+
     def spell(tok: str):
         if tok in alias:
             return alias[tok], False
+        if tok in negations:
+            return negations[tok], True
+        if underscores and tok.startswith("--") and "--" + tok[2:].replace("_", "-") in negations:
+            return negations["--" + tok[2:].replace("_", "-")], True
         if underscores and tok.startswith("--"):
             dashed = "--" + tok[2:].replace("_", "-")
             if dashed in alias:
                 return alias[dashed], False
-        if tok.startswith("--no-"):
-            base = spell("--" + tok[5:])
+        if tok.startswith("--no-") and not any(fs["flags"][c].get("negation_hidden") for c in fs["flags"]):
+            base = spell("--" + tok[5:])  # (a release that lists its hidden negations names each one)
             if base and not base[1] and fs["flags"][base[0]]["type"] == "bool":
                 return base[0], True
         if fs.get("allow_abbrev") and tok.startswith("--") and len(tok) > 2:

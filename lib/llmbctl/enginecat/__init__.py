@@ -102,13 +102,20 @@ def parse_spec(spec: str) -> tuple[EngineSpec, str]:
 
 
 def _canonical(opt: dict) -> str:
-    strings = [s for s in opt["option_strings"] if s not in opt.get("secondary_opts", [])]
+    strings = [s for s in opt["option_strings"] if s not in opt.get("secondary_opts", [])
+               and s not in opt.get("negative_option_strings", [])]
     dashed = "--" + str(opt.get("dest", "")).replace("_", "-")
     if dashed in strings:
         return dashed
     longs = [s for s in strings if s.startswith("--") and not (
         opt["action"] == "BooleanOptionalAction" and s.startswith("--no-"))]
     return (longs or strings or opt["option_strings"])[0]
+
+
+# argparse actions that take --x and a negation: BooleanOptionalAction (--no-x) and vLLM 0.33's
+# EnableDisableAction (--enable-x / --disable-x, --no-enable-x hidden): the action records which
+# strings negate (negative_option_strings)
+BOOL_ACTIONS = ("BooleanOptionalAction", "EnableDisableAction")
 
 
 def _kind(opt: dict) -> str:
@@ -122,7 +129,7 @@ def _kind(opt: dict) -> str:
         if isinstance(nargs, int) and nargs > 1:
             return "list"
         return {"integer": "int", "float": "float"}.get(str(opt.get("type")), "str")
-    if action == "BooleanOptionalAction":
+    if action in BOOL_ACTIONS:
         return "bool"
     if action in ("_HelpAction", "_VersionAction") and nargs != "?":
         return "flag"
@@ -164,10 +171,14 @@ def flags_from_options(options: list[dict]) -> tuple[dict[str, dict[str, Any]], 
         canon = _canonical(opt)
         kind = _kind(opt)
         strings.update(opt["option_strings"])
+        hidden = list(opt.get("hidden_option_strings") or [])
+        strings.update(hidden)
         negs: list[str] = []
         if kind == "bool":
             if opt["action"].startswith("click."):
                 negs = list(opt.get("secondary_opts") or [])
+            elif "negative_option_strings" in opt:
+                negs = [s for s in opt["option_strings"] if s in opt["negative_option_strings"]]
             else:
                 negs = [s for s in opt["option_strings"] if s.startswith("--no-") and s != canon]
         aliases = sorted(s for s in opt["option_strings"] if s != canon and s not in negs)
@@ -176,6 +187,12 @@ def flags_from_options(options: list[dict]) -> tuple[dict[str, dict[str, Any]], 
             spec["aliases"] = aliases
         if negs:
             spec["negation"] = sorted(negs)
+        if hidden:  # accepted, out of the help: negations where the action says so, else aliases
+            neg_hidden = sorted(s for s in hidden if s in (opt.get("negative_option_strings") or []))
+            if neg_hidden:
+                spec["negation_hidden"] = neg_hidden
+            if sorted(set(hidden) - set(neg_hidden)):
+                spec["aliases_hidden"] = sorted(set(hidden) - set(neg_hidden))
         for key in ("nargs", "choices", "default", "const"):
             if opt.get(key) is not None:
                 spec[key] = opt[key]
@@ -201,7 +218,7 @@ def build_doc(raw: dict, eng: EngineSpec, version: str, requirements: dict[str, 
               generator: dict[str, Any]) -> dict[str, Any]:
     flags, count = flags_from_options(raw["options"])
     strings = {s for o in raw["options"] if o["action"] not in ("_HelpAction", "_VersionAction")
-               for s in o["option_strings"]}
+               for s in [*o["option_strings"], *(o.get("hidden_option_strings") or [])]}
     pos = raw.get("positionals") or []
     positional = None
     if pos:
@@ -527,18 +544,17 @@ def extract(spec: str, out_dir: Path, log=print, venv: Path | None = None, sourc
 
 
 def diff_sets(old: dict, new: dict) -> dict[str, list[str]]:
-    """Option strings removed and added between two generated sets."""
+    """Option strings removed and added between two generated sets (the hidden ones included: a
+    string the parser still accepts is not removed), and those the newer set hides from its help."""
+    from ..engines.registry import option_strings
 
-    def strings(doc: dict) -> set[str]:
-        out = set()
-        for canon, spec in doc.get("flags", {}).items():
-            out.add(canon)
-            out.update(spec.get("aliases", []))
-            out.update(spec.get("negation", []))
-        return out
-
-    a, b = strings(old), strings(new)
-    return {"removed": sorted(a - b), "added": sorted(b - a)}
+    a, b = option_strings(old), option_strings(new)
+    hidden = {s for spec in new.get("flags", {}).values()
+              for s in [*spec.get("aliases_hidden", []), *spec.get("negation_hidden", [])]}
+    out = {"removed": sorted(a - b), "added": sorted(b - a)}
+    if hidden:
+        out["hidden"] = sorted(hidden)
+    return out
 
 
 def shipped(cat: Any) -> dict[str, list[str]]:

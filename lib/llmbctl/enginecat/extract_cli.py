@@ -76,6 +76,9 @@ def type_name(tp, depth: int = 0) -> str | None:
 
 def walk_argparse(parser: argparse.ArgumentParser) -> dict:
     options, positionals = [], []
+    registered: dict = {}  # action -> every option string the parser matches to it
+    for string, act in parser._option_string_actions.items():
+        registered.setdefault(id(act), []).append(string)
     for act in parser._actions:
         rec = {
             "option_strings": list(act.option_strings),
@@ -89,6 +92,14 @@ def walk_argparse(parser: argparse.ArgumentParser) -> dict:
             "const": norm(act.const) if act.const is not None else None,
             "help_suppressed": act.help == argparse.SUPPRESS,
         }
+        # strings the parser still matches but keeps out of the action's list and its help (vLLM 0.33's
+        # EnableDisableAction: --no-enable-x beside --enable-x / --disable-x)
+        hidden = sorted(set(registered.get(id(act), [])) - set(act.option_strings))
+        if hidden:
+            rec["hidden_option_strings"] = hidden
+        negative = getattr(act, "negative_option_strings", None)  # the strings that set the dest False
+        if negative is not None:
+            rec["negative_option_strings"] = sorted(negative)
         (options if act.option_strings else positionals).append(rec)
     return {
         "style": "argparse",
@@ -177,12 +188,22 @@ def vllm_parser():
         from vllm.utils.argparse_utils import FlexibleArgumentParser
     except ImportError:
         from vllm.utils import FlexibleArgumentParser
-    try:
-        from vllm.entrypoints.openai.cli_args import make_arg_parser
-    except ImportError:  # moved in later releases (0.32: vllm.entrypoints.launchers.cli_args)
-        from vllm.entrypoints.launchers.cli_args import make_arg_parser
+    return vllm_make_arg_parser()(FlexibleArgumentParser(prog="vllm serve"))
 
-    return make_arg_parser(FlexibleArgumentParser(prog="vllm serve"))
+
+def vllm_make_arg_parser():
+    """vLLM's make_arg_parser wherever the release keeps it: vllm.entrypoints.openai.cli_args (to
+    0.31), vllm.entrypoints.launchers.cli_args (0.32), vllm.entrypoints.common.cli_args (0.33)."""
+    import importlib
+
+    errors = []
+    for mod in ("vllm.entrypoints.openai.cli_args", "vllm.entrypoints.launchers.cli_args",
+                "vllm.entrypoints.common.cli_args"):
+        try:
+            return importlib.import_module(mod).make_arg_parser
+        except (ImportError, AttributeError) as exc:
+            errors.append(f"{mod}: {type(exc).__name__}: {exc}")
+    raise ImportError("no make_arg_parser in " + "; ".join(errors))
 
 
 def plugin_probe() -> dict:
@@ -199,9 +220,7 @@ def plugin_probe() -> dict:
             from vllm.utils.argparse_utils import FlexibleArgumentParser
         except ImportError:
             from vllm.utils import FlexibleArgumentParser
-        from vllm.entrypoints.openai.cli_args import make_arg_parser
-
-        make_arg_parser(FlexibleArgumentParser(prog="vllm serve"))
+        vllm_make_arg_parser()(FlexibleArgumentParser(prog="vllm serve"))
         return {"loaded": True, "platform": platform}
     except Exception as exc:  # noqa: BLE001 - the error is the finding
         frames = traceback.extract_tb(exc.__traceback__)
@@ -244,9 +263,7 @@ def vllm_plugin_parser(dist: str = "vllm-ascend"):
         from vllm.utils.argparse_utils import FlexibleArgumentParser
     except ImportError:
         from vllm.utils import FlexibleArgumentParser
-    from vllm.entrypoints.openai.cli_args import make_arg_parser
-
-    return make_arg_parser(FlexibleArgumentParser(prog="vllm serve")), record
+    return vllm_make_arg_parser()(FlexibleArgumentParser(prog="vllm serve")), record
 
 
 def vllm_registries() -> dict:

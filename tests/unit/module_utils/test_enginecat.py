@@ -259,13 +259,59 @@ def test_no_shipped_overlay_contradicts_its_generated_sets():
 def test_disable_log_requests_translated_for_every_vllm_release_that_lacks_it():
     versions = CAT.flagset_versions("vllm")
     lacking = [v for v in versions if "--disable-log-requests" not in option_strings(CAT.flagset_doc(f"vllm-{v}"))]
-    assert lacking == versions  # every shipped vLLM release removed it
-    for v in lacking:
+    # removed by PR #29402, back in 0.33.0 as the negation of --enable-log-requests (EnableDisableAction)
+    assert lacking == [v for v in versions if version_key(v) < version_key("0.33.0")] and lacking
+    for v in versions:
         ea = EngineArgs(CAT.flagset("vllm", v))
         ea.apply_argv(["--disable-log-requests"], "recipe", {})
         assert not ea.problems, (v, ea.problems)
-        assert ea.argv() == ["--no-enable-log-requests"], v
-        assert any("translated" in n for n in ea.notes)
+        if v in lacking:
+            assert ea.argv() == ["--no-enable-log-requests"], v
+            assert any("translated" in n for n in ea.notes)
+        else:
+            assert ea.argv() == ["--disable-log-requests"], v  # the release's own negation
+
+
+def test_vllm_0_33_booleans_are_enable_disable_pairs_with_the_old_negation_hidden():
+    """vLLM 0.33.0's EnableDisableAction, as its own parser walked: --enable-x / --disable-x listed,
+    --no-enable-x accepted but hidden; the set records both and the planner writes the listed one."""
+    doc = CAT.flagset_doc("vllm-0.33.0")
+    spec = doc["flags"]["--enable-prefix-caching"]
+    assert spec["type"] == "bool" and spec["action"] == "EnableDisableAction"
+    assert spec["negation"] == ["--disable-prefix-caching"]
+    assert spec["negation_hidden"] == ["--no-enable-prefix-caching"]
+    assert "--no-enable-prefix-caching" in option_strings(doc)
+    fs = CAT.flagset("vllm", "0.33.0")
+    for said, want in (("--no-enable-prefix-caching", ["--disable-prefix-caching"]),
+                       ("--disable-prefix-caching", ["--disable-prefix-caching"]),
+                       ("--enable-prefix-caching", ["--enable-prefix-caching"]),
+                       ("--no-disable-custom-all-reduce", ["--enable-custom-all-reduce"]),
+                       ("--enable-custom-all-reduce", ["--enable-custom-all-reduce"])):
+        ea = EngineArgs(fs)
+        ea.apply_argv([said], "recipe", {})
+        assert not ea.problems and ea.argv() == want, (said, ea.problems, ea.argv())
+    ea = EngineArgs(fs)
+    ea.apply_mapping({"enable-prefix-caching": False}, "llmb_engine_args", {})
+    assert ea.argv() == ["--disable-prefix-caching"]
+
+
+def test_vllm_0_33_spellings_translated_onto_older_releases_from_the_generated_sets():
+    """The other way: 0.33.0's --disable-x / --enable-x on a release that only has --no-enable-x /
+    --no-disable-x, by the parser destination both sets record (no list kept by hand)."""
+    older = [v for v in CAT.flagset_versions("vllm") if version_key(v) < version_key("0.33.0")]
+    assert older
+    for v in older:
+        for said, want in (("--disable-prefix-caching", ["--no-enable-prefix-caching"]),
+                           ("--enable-custom-all-reduce", ["--no-disable-custom-all-reduce"])):
+            ea = EngineArgs(CAT.flagset("vllm", v))
+            ea.apply_argv([said], "recipe", {})
+            assert not ea.problems, (v, said, ea.problems)
+            assert ea.argv() == want, (v, said)
+            assert any(f"vllm 0.33.0 is {want[0]} in vllm {v}; translated" in n for n in ea.notes), ea.notes
+    # a spelling no shipped release knows is still refused
+    ea = EngineArgs(CAT.flagset("vllm", older[-1]))
+    ea.apply_argv(["--disable-no-such-thing"], "recipe", {})
+    assert ea.problems and ea.problems[0].check == "engine-flag-unknown"
 
 
 def _with_newer_release(tmp_path: Path) -> Catalog:
@@ -314,7 +360,9 @@ def test_flag_only_in_the_newest_release_refused_on_every_older_one_naming_the_n
     only = option_strings(CAT.flagset_doc(f"vllm-{newest}"))
     for v in versions[:-1]:
         only = only - option_strings(CAT.flagset_doc(f"vllm-{v}"))
-    flag = sorted(f for f in only if f.startswith("--") and not f.startswith("--no-"))[0]
+    # a flag of the newest alone, not another spelling of an older release's (those are translated)
+    flag = sorted(f for f in only if f.startswith("--") and not f.startswith("--no-")
+                  and all(CAT.flagset("vllm", v).translate(f) is None for v in versions[:-1]))[0]
     for v in versions[:-1]:
         ea = EngineArgs(CAT.flagset("vllm", v))
         ea.apply_token(flag, "1", "llmb_engine_args", {})
@@ -377,8 +425,11 @@ def test_h800_recipe_disable_log_requests_planned_for_every_shipped_vllm():
     assert inv.allowed == CAT.flagset_versions("vllm") and not inv.refused
     vllm_cases = [c for c in cases if c.engine == "vllm"]
     assert {c.version for c in vllm_cases} == set(CAT.flagset_versions("vllm"))
-    for c in vllm_cases:
-        assert "--no-enable-log-requests" in c.args and "--disable-log-requests" not in c.args, c.version
+    for c in vllm_cases:  # 0.33.0 lists --disable-log-requests as --enable-log-requests' negation again
+        want, other = (("--disable-log-requests", "--no-enable-log-requests")
+                       if version_key(c.version) >= version_key("0.33.0") else
+                       ("--no-enable-log-requests", "--disable-log-requests"))
+        assert want in c.args and other not in c.args, c.version
     assert {c.engine for c in cases} == {"vllm", "ray"}
 
 
