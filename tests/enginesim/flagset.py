@@ -80,10 +80,11 @@ def read_overlay(directory: Path, engine: str, version: str) -> dict:
     return overlay
 
 
-def load(engine: str, version: str | None = None) -> dict:
+def load(engine: str, version: str | None = None, command: tuple[str, ...] | None = None) -> dict:
     """The merged flag set of an engine: the generated <engine>-<version>.yml plus hand/<engine>.yml.
 
-    The version: argument, env LLMB_ENGINESIM_VERSION_<ENGINE>, the version of the installed
+    ``command``: only the releases launched by that command (KTransformers 0.3.x's server, not 0.7's
+    SGLang). The version: argument, env LLMB_ENGINESIM_VERSION_<ENGINE>, the version of the installed
     distribution this double stands in for (when a set of it ships), else the newest shipped one.
     """
     directory = data_dir()
@@ -93,7 +94,8 @@ def load(engine: str, version: str | None = None) -> dict:
         docs[path.stem] = doc
     env_key = "LLMB_ENGINESIM_VERSION_" + engine.upper().replace("-", "_")
     version = version or os.environ.get(env_key)
-    mine = {n: d for n, d in docs.items() if d.get("engine") == engine}
+    mine = {n: d for n, d in docs.items() if d.get("engine") == engine
+            and (command is None or tuple(d.get("command") or ()) == tuple(command))}
     if not mine:
         raise SystemExit(f"enginesim: no flag set for {engine} in {directory}")
     if version:

@@ -53,6 +53,8 @@ class EngineSpec:
     note: str = ""
     # False: the package index holds no installable release (a stub, another package): source mode only
     on_index: bool = True
+    # what `uv pip install` is given instead of <dist>==<version> ({version} filled in): an extra
+    install: str | None = None
 
 
 ENGINES: dict[str, EngineSpec] = {
@@ -80,6 +82,36 @@ ENGINES: dict[str, EngineSpec] = {
 }
 DIST_TO_ENGINE = {s.dist: s.engine for s in ENGINES.values()}
 
+# Releases of an engine that another program launches: (first release, its spec), oldest first.
+# KTransformers from 0.5 is the kt-kernel CPU-expert library under SGLang's server (the package index's
+# ktransformers 0.7.2 holds no ktransformers/server, only a module and `Requires-Dist: kt-kernel==0.7.2`,
+# `sglang-kt==0.7.2; extra == "sglang"`): its CLI is `python -m sglang.launch_server` of sglang-kt (an
+# SGLang fork that adds the --kt-* options), walked as SGLang's (ServerArgs.add_cli_args).
+RELEASE_FORMS: dict[str, tuple[tuple[str, EngineSpec], ...]] = {
+    "ktransformers": (
+        ("0.5", EngineSpec(
+            "ktransformers", "ktransformers", "sglang", "python -m sglang.launch_server",
+            ("python", "-m", "sglang.launch_server"), python="3.12", install="ktransformers[sglang]=={version}",
+            note="KTransformers 0.5+ runs inside SGLang: ktransformers[sglang] from the package index installs "
+                 "kt-kernel and sglang-kt of the same version; the parser walked is sglang-kt's "
+                 "`python -m sglang.launch_server` (ServerArgs.add_cli_args) with its --kt-* options")),
+    ),
+}
+
+
+def release_spec(eng: EngineSpec, version: str) -> EngineSpec:
+    """The spec of one release: the newest RELEASE_FORMS entry at or before ``version``, else ``eng``."""
+    chosen = eng
+    for since, spec in RELEASE_FORMS.get(eng.engine, ()):
+        if version_key(version) >= version_key(since):
+            chosen = spec
+    return chosen
+
+
+def spec_of(engine: str, version: str) -> EngineSpec:
+    """ENGINES[engine] as the release ``version`` is installed, walked and launched."""
+    return release_spec(ENGINES[engine], version)
+
 _SPEC = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([0-9][0-9A-Za-z.+-]*)$")
 
 
@@ -95,7 +127,7 @@ def parse_spec(spec: str) -> tuple[EngineSpec, str]:
     eng = ENGINES.get(name) or ENGINES.get(DIST_TO_ENGINE.get(name, ""))
     if eng is None:
         raise ExtractError(f"release {spec!r}: unknown engine {name!r}; known: {', '.join(sorted(ENGINES))}")
-    return eng, version
+    return release_spec(eng, version), version
 
 
 # ----------------------------------------------------------------------------- doc building
@@ -347,9 +379,10 @@ def make_venv(eng: EngineSpec, version: str, work: Path, log=print) -> Path:
     log(f"venv {venv} (python {eng.python})")
     _run([uv, "venv", "-q", "--python", _python(eng.python), str(venv)], env, "uv venv")
     py = str(venv / "bin" / "python")
-    log(f"installing {base.dist}=={base_version} (uv pip install)")
-    _run([uv, "pip", "install", "-q", "--python", py, f"{base.dist}=={base_version}", *base.extra], env,
-         f"uv pip install {base.dist}=={base_version}")
+    log(f"installing {base.install.format(version=base_version) if base.install else base.dist + '==' + base_version}"
+        " (uv pip install)")
+    want = base.install.format(version=base_version) if base.install else f"{base.dist}=={base_version}"
+    _run([uv, "pip", "install", "-q", "--python", py, want, *base.extra], env, f"uv pip install {want}")
     if base is not eng:
         log(f"installing {eng.dist}=={version} without its dependencies (uv pip install --no-deps)")
         _run([uv, "pip", "install", "-q", "--python", py, "--no-deps", f"{eng.dist}=={version}"], env,
@@ -407,7 +440,7 @@ def paired(eng: EngineSpec, version: str) -> tuple[EngineSpec, str]:
     """The release actually installed: the base engine's for a platform plugin (0.20.2rc1 -> 0.20.2)."""
     if not eng.pairs_with:
         return eng, version
-    return ENGINES[eng.pairs_with], re.sub(r"(rc|a|b)\d+$", "", version)
+    return ENGINES[eng.pairs_with], re.sub(r"(rc|a|b)\d+$|\.post\d+$", "", version)
 
 
 # Provenance that the walk cannot tell, written into the generated file's generator block.
@@ -523,6 +556,9 @@ def extract(spec: str, out_dir: Path, log=print, venv: Path | None = None, sourc
         raw, reqs = extract_raw(eng, version, venv=venv, log=log)
         method = "installed from the package index; parser walked in the release's own venv"
         release = f"{base.dist}=={base_version}"
+        if base.install:  # another program's parser (KTransformers 0.5+: SGLang's)
+            release = base.install.format(version=base_version)
+            method += f": {base.note}"
     if base is not eng:
         release = f"{eng.dist}=={version} with {base.dist}=={base_version}"
         method = f"both installed from the package index into one venv: {eng.note}"

@@ -32,6 +32,7 @@ from . import (
     release_requirements_of,
     render,
     run_in_venv,
+    spec_of,
     write_atomic,
 )
 
@@ -103,14 +104,13 @@ def planned_cases(root: Path, inventories: list[Path], data_dir: Path | None = N
                 for svc in host["services"]:
                     argv = [str(a) for a in svc.get("argv") or []]
                     for key in (engine, "ray"):
-                        spec = ENGINES.get(key)
-                        if spec is None:
-                            continue
-                        args = split_command(argv, list(spec.command))
-                        if args is None:
+                        if key not in ENGINES:
                             continue
                         ver = version if key == engine else _ray_version(cat)
                         if ver is None:
+                            continue
+                        args = split_command(argv, list(spec_of(key, ver).command))
+                        if args is None:
                             continue
                         cases.append(Case(f"{inv.name}/{host['host']}/{svc['name']}", inv.name, key, ver, args))
                         break
@@ -124,7 +124,7 @@ def _ray_version(cat: Any) -> str | None:
 
 def _render_again(engine: str, version: str, venv: Path, shipped: dict, source: Path | None) -> str:
     """The file text a regeneration from ``venv`` writes (same generator block as the shipped file)."""
-    eng = ENGINES[engine]
+    eng = spec_of(engine, version)
     raw = run_in_venv(venv, [eng.extractor], source=source)
     if source is not None:
         reqs = shipped.get("requirements", {})  # not read from this venv (source mode: no release installed)
@@ -165,7 +165,7 @@ def check_release(engine: str, version: str, cases: list[Case], venv_dir: Path |
     entry {"regenerated": ...}: the shipped set regenerated from that venv, compared byte for byte."""
     import json
 
-    eng = ENGINES[engine]
+    eng = spec_of(engine, version)
     payload = json.dumps([{"id": c.id + f"@{version}", "args": c.args} for c in cases])
 
     def run(venv: Path) -> list[dict[str, Any]]:

@@ -629,6 +629,21 @@ def test_plugin_requirements_read_from_its_metadata(tmp_path):
     assert got["python"] == ">=3.10" and "cann" not in got and "glibc" not in got
 
 
+def test_ktransformers_from_0_5_is_installed_and_walked_as_sglang_kt():
+    """0.3.2: the seed's server, source mode only; 0.5+: the package index's ktransformers[sglang],
+    walked with SGLang's extractor and launched as `python -m sglang.launch_server`."""
+    old, _ = E.parse_spec("ktransformers==0.3.2")
+    new, _ = E.parse_spec("ktransformers==0.7.2")
+    assert (old.extractor, old.on_index, old.command[-1]) == ("ktransformers", False, "ktransformers.server.main")
+    assert (new.extractor, new.on_index, new.command) == ("sglang", True, ("python", "-m", "sglang.launch_server"))
+    assert new.install.format(version="0.7.2") == "ktransformers[sglang]==0.7.2"
+    doc = CAT.flagset_doc("ktransformers-0.7.2")
+    assert doc["command"] == list(new.command) and doc["generator"]["release"] == "ktransformers[sglang]==0.7.2"
+    assert {"--kt-weight-path", "--kt-cpuinfer", "--kt-threadpool-count", "--kt-num-gpu-experts",
+            "--kt-method"} <= set(doc["flags"])
+    assert "kimi_k2" in doc["parsers"]["tool_call"] and "kimi_k2" in doc["parsers"]["reasoning"]
+
+
 def test_a_release_not_on_the_index_is_refused_before_any_install(tmp_path):
     for spec in ("ktransformers==0.3.2", "tensorrt-llm==1.1.0"):
         eng, version = E.parse_spec(spec)
@@ -669,7 +684,7 @@ def test_ktransformers_source_tree_walked_and_checked_with_its_own_argparse_pars
     venv = Path(sys.prefix)
     out = tmp_path / "out"
     monkeypatch.delenv("LLMB_ENGINE_SOURCE", raising=False)
-    path = E.extract("ktransformers==9.9.9", out, log=lambda m: None, venv=venv, source=tree,
+    path = E.extract("ktransformers==0.3.9", out, log=lambda m: None, venv=venv, source=tree,
                      source_ref="kvcache-ai/ktransformers@0123456789abcdef0123456789abcdef01234567:ktransformers/server")
     doc = _doc_text(path)
     assert sorted(doc["flags"]) == ["--cpu_infer", "--gguf_path", "--port"]
@@ -681,7 +696,7 @@ def test_ktransformers_source_tree_walked_and_checked_with_its_own_argparse_pars
     assert got["bad"]["ok"] is False and "--nope" in got["bad"]["error"]
     # the older spelling, LLMB_ENGINE_SOURCE=<tree>, reaches the walk too (it used to be dropped)
     monkeypatch.setenv("LLMB_ENGINE_SOURCE", str(tree))
-    again = E.extract("ktransformers==9.9.9", out, log=lambda m: None, venv=venv,
+    again = E.extract("ktransformers==0.3.9", out, log=lambda m: None, venv=venv,
                       source_ref="kvcache-ai/ktransformers@0123456789abcdef0123456789abcdef01234567:ktransformers/server")
     assert again.read_text() == path.read_text()
 
