@@ -706,3 +706,15 @@ def test_shipped_ktransformers_set_names_the_commit_of_its_tag():
     head = " ".join(ln[2:] for ln in text.splitlines() if ln.startswith("#"))
     assert "--source-ref kvcache-ai/ktransformers@495ae374780bff7aeb4c5742b8a6a13ec1eca221" in head
     assert "v0.3.2" in head
+
+
+def test_sglang_default_is_0_5_23_and_deepep_is_its_moe_a2a_backend():
+    """SGLang's default release (the newest shipped) is 0.5.23; the recipes' --enable-deepep-moe,
+    which 0.5.23's parser lacks, is planned as --moe-a2a-backend deepep, a choice of that parser."""
+    assert CAT.newest_version("sglang") == "0.5.23"
+    doc = CAT.flagset_doc("sglang-0.5.23")
+    assert "--enable-deepep-moe" not in option_strings(doc)
+    assert "deepep" in doc["flags"]["--moe-a2a-backend"]["choices"]
+    ea = EngineArgs(CAT.flagset("sglang", "0.5.23"))
+    ea.apply_argv(["--enable-deepep-moe"], "recipe", {})
+    assert not ea.problems and ea.argv() == ["--moe-a2a-backend", "deepep"]
