@@ -79,6 +79,15 @@ ENGINES: dict[str, EngineSpec] = {
              "the parser walked is the paired vLLM release's with the plugin's entry points off (VLLM_PLUGINS), "
              "the load error recorded under 'plugin'; what the plugin changes at platform load is then not in "
              "this file"),
+    # the prefill/decode routers the SGLang plans start (hand/sglang.yml pd_router): their own parsers
+    "sglang-router": EngineSpec(
+        "sglang-router", "sglang-router", "sglang-router", "python -m sglang_router.launch_router",
+        ("python", "-m", "sglang_router.launch_router"),
+        note="SGLang's PD router package; the parser walked is the one its launch_router.parse_router_args builds "
+             "(RouterArgs.add_cli_args), which the check also runs on each planned router argv"),
+    "smg": EngineSpec(
+        "smg", "smg", "smg", "python -m smg.launch_router", ("python", "-m", "smg.launch_router"),
+        note="the successor of sglang-router (Shepherd Model Gateway); walked as sglang-router"),
 }
 DIST_TO_ENGINE = {s.dist: s.engine for s in ENGINES.values()}
 

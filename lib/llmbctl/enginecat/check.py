@@ -103,6 +103,10 @@ def planned_cases(root: Path, inventories: list[Path], data_dir: Path | None = N
             for host in planned.to_list():
                 for svc in host["services"]:
                     argv = [str(a) for a in svc.get("argv") or []]
+                    router = _router_case(cat, inv.name, host["host"], svc, argv)
+                    if router is not None:  # the PD router: the release its package pin names
+                        cases.append(router)
+                        continue
                     for key in (engine, "ray"):
                         if key not in ENGINES:
                             continue
@@ -115,6 +119,25 @@ def planned_cases(root: Path, inventories: list[Path], data_dir: Path | None = N
                         cases.append(Case(f"{inv.name}/{host['host']}/{svc['name']}", inv.name, key, ver, args))
                         break
     return cases, summary
+
+
+ROUTERS = ("sglang-router", "smg")
+
+
+def _router_case(cat: Any, inventory: str, host: str, svc: dict[str, Any], argv: list[str]) -> Case | None:
+    """A PD router's argv as a case for the router release the service installs (its package pin,
+    e.g. sglang-router==0.3.2), when that release ships a set; None for any other service."""
+    for key in ROUTERS:
+        args = split_command(argv, list(ENGINES[key].command))
+        if args is None:
+            continue
+        pins = [str(p).partition("==")[2] for p in svc.get("packages") or []
+                if str(p).partition("==")[0] == ENGINES[key].dist]
+        version = pins[0] if pins else (cat.newest_version(key) or None)
+        if version is None or version not in cat.flagset_versions(key):
+            return None
+        return Case(f"{inventory}/{host}/{svc['name']}", inventory, key, version, args)
+    return None
 
 
 def _ray_version(cat: Any) -> str | None:

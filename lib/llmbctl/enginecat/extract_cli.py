@@ -504,6 +504,40 @@ def ktransformers_parser():
     raise RuntimeError("ktransformers.server.args.ArgumentParser.parse_args built no parser")
 
 
+ROUTER_MODULES = {"sglang-router": "sglang_router.launch_router", "smg": "smg.launch_router"}
+
+
+def router_parser(engine: str):
+    """The parser a PD router's `python -m <module>` builds (its parse_router_args), captured at parse_args."""
+    import importlib
+
+    class Captured(Exception):
+        pass
+
+    mod = importlib.import_module(ROUTER_MODULES[engine])
+    real_parse = argparse.ArgumentParser.parse_args
+
+    def capture(self, *a, **k):
+        raise Captured(self)
+
+    argparse.ArgumentParser.parse_args = capture
+    try:
+        mod.parse_router_args([])
+    except Captured as got:
+        return got.args[0]
+    finally:
+        argparse.ArgumentParser.parse_args = real_parse
+    raise RuntimeError(f"{ROUTER_MODULES[engine]}.parse_router_args built no parser")
+
+
+def router_check(engine: str, argv: list[str]) -> None:
+    """What `python -m <module>` does with argv before it starts anything: the module's own
+    parse_router_args (the parser, then RouterArgs.from_cli_args: the --prefill URL [PORT] pairs)."""
+    import importlib
+
+    importlib.import_module(ROUTER_MODULES[engine]).parse_router_args(list(argv))
+
+
 def probe(parser, argv: list[str]):
     """The dests that parse_args(argv) sets differently from parse_args([]); None when refused."""
     import contextlib
@@ -570,7 +604,20 @@ def check(engine: str) -> int:
 
     cases = json.load(sys.stdin)
     results = []
-    if engine in ("vllm", "vllm-ascend", "sglang", "ktransformers"):
+    if engine in ROUTER_MODULES:
+        for case in cases:
+            err = io.StringIO()
+            with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+                try:
+                    router_check(engine, case["args"])
+                    ok, msg = True, ""
+                except SystemExit as exc:
+                    ok = exc.code == 0
+                    msg = (err.getvalue().strip().splitlines() or [f"exit {exc.code}"])[-1]
+                except Exception as exc:  # noqa: BLE001 - a refusal of from_cli_args is a finding too
+                    ok, msg = False, f"{type(exc).__name__}: {exc}"
+            results.append({"id": case["id"], "ok": ok, "error": msg})
+    elif engine in ("vllm", "vllm-ascend", "sglang", "ktransformers"):
         parser = {"vllm": vllm_parser, "sglang": sglang_parser, "ktransformers": ktransformers_parser,
                   "vllm-ascend": lambda: vllm_plugin_parser()[0]}[engine]()
         for case in cases:
@@ -624,6 +671,9 @@ def main(argv: list[str]) -> int:
         doc.update(sglang_registries())
     elif engine == "ktransformers":
         parser = ktransformers_parser()
+        doc = walk_argparse(parser)
+    elif engine in ROUTER_MODULES:
+        parser = router_parser(engine)
         doc = walk_argparse(parser)
     elif engine == "ray":
         doc = walk_click(ray_command())

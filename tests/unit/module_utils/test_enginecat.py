@@ -718,3 +718,25 @@ def test_sglang_default_is_0_5_23_and_deepep_is_its_moe_a2a_backend():
     ea = EngineArgs(CAT.flagset("sglang", "0.5.23"))
     ea.apply_argv(["--enable-deepep-moe"], "recipe", {})
     assert not ea.problems and ea.argv() == ["--moe-a2a-backend", "deepep"]
+
+
+def test_pd_router_argv_is_a_case_for_the_router_release_its_service_installs():
+    """The SGLang PD router (hand/sglang.yml pd_router: sglang-router==0.3.2) is checked by the router's
+    own parser: make engine-check makes its argv a case of the pinned router release, whose set
+    (walked from sglang_router.launch_router's parse_router_args) has every option the plan writes; its
+    successor smg 1.13.0 has them too."""
+    from llmbctl.enginecat.check import planned_cases
+    from llmbctl.engines.registry import load_flagset
+
+    cases, _ = planned_cases(REPO, [REPO / "inventories" / "h200-1p1d"])
+    routers = [c for c in cases if c.engine == "sglang-router"]
+    assert {c.version for c in routers} == {"0.3.2"} and len(routers) == len(CAT.flagset_versions("sglang"))
+    assert not [c for c in cases if c.engine == "sglang" and "--pd-disaggregation" in c.args]
+    for name in ("sglang-router-0.3.2", "smg-1.13.0"):
+        doc = CAT.flagset_doc(name)
+        assert doc["command"][-1].endswith(".launch_router")
+        fs = load_flagset(CAT, doc["engine"], doc["version"])
+        for c in routers:
+            flags = [a for a in c.args if a.startswith("--")]
+            assert flags and all(fs.resolve(a) for a in flags), (name, flags)
+        assert fs.flags["--prefill"]["type"] == "list"  # URL [BOOTSTRAP_PORT]
