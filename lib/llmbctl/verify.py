@@ -13,6 +13,9 @@ import json
 import re
 from itertools import combinations
 
+from llmb import finding
+from llmb.finding import Finding
+
 from .catalog import Catalog, platform_errors
 from .enginecat.requirements import driver_finding
 
@@ -67,12 +70,10 @@ def version_at_least(found: str, minimum: str) -> bool | None:
     return a + [pad] * (n - len(a)) >= b + [pad] * (n - len(b))
 
 
-def _check(cid, ok, expected, found, hint=""):
-    return {"id": cid, "ok": bool(ok), "expected": str(expected), "found": str(found), "hint": hint if not ok else ""}
-
-
-def _skip(cid, expected, reason):
-    return {"id": cid, "ok": True, "skipped": True, "expected": str(expected), "found": reason, "hint": ""}
+# A check is the project's one finding type (llmb.finding) in its JSON record: {"id", "ok", "expected",
+# "found", "hint"}, "skipped" for one not run; _check / _skip make them.
+_check = finding.check
+_skip = finding.skipped
 
 
 TOOLS = {
@@ -202,7 +203,7 @@ def _engine_driver(checks, facts, engine):
     f = driver_finding(engine.get("release") or "the chosen engine release", engine.get("requirements"),
                        facts.get("driver_version"), facts.get("vendor"))
     if f is not None:
-        checks.append(_check("engine.driver", f["ok"], f["expected"], f["found"], f["hint"]))
+        checks.append(f.check_record())
 
 
 def _expected_labels(profile, a, b, by_name):
@@ -484,17 +485,13 @@ def summarize(host: str, profile: dict, checks: list[dict], facts: dict | None =
 
 
 def report_lines(results: list[dict]) -> list[str]:
-    """One line per failed check of every host: 'host: check: expected X, found Y. hint'."""
+    """One line per failed check of every host: 'host: check: expected X, found Y. hint' (llmb.finding)."""
     lines = []
     for r in results:
-        for c in r.get("checks", []):
-            if not c["ok"]:
-                line = f"{r['host']}: {c['id']}: expected {c['expected']}, found {c['found']}."
-                if c.get("hint"):
-                    line += f" {c['hint']}"
-                lines.append(line)
+        lines += finding.lines(r.get("checks", []), r["host"])
         if r.get("unreachable"):
-            lines.append(f"{r['host']}: reachable: expected the host to answer, found {r['unreachable']}.")
+            lines.append(Finding("reachable", host=r["host"], expected="the host to answer",
+                                 found=r["unreachable"]).render())
     return lines
 
 

@@ -20,6 +20,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from .finding import Finding
 from .fsutil import atomic_write_text
 from .stages import PIPELINE_STAGES as _PIPELINE
 from .stages import STAGE_NAMES
@@ -243,9 +244,9 @@ def _refusal(dep: dict | None) -> list[dict] | None:
 
 
 def problem_lines(p: dict) -> list[str]:
-    """One problem of the refusal as the planner prints it: [check] message, then found/expected/fix."""
-    head = f"[{p.get('check')}] " + (f"{p['host']}: " if p.get("host") else "") + str(p.get("message"))
-    return [head] + [f"{k}: {p[k]}" for k in ("found", "expected", "fix") if p.get(k) not in (None, "")]
+    """One problem of the refusal as the planner prints it (llmb.finding): [check] message, then found/expected/fix."""
+    f = Finding.from_record({"check": None, **p})
+    return [f.title()] + [f"{k}: {v}" for k, v in f.details()]
 
 
 def collect(run_dir: Path, expect_stages: list[str] | None = None) -> dict:
