@@ -154,7 +154,7 @@ class Finding:
         if "severity" in rec:
             return cls("", rec.get("message") or "", severity=rec["severity"], line=rec.get("line"),
                        text=rec.get("text") or "", host=host)
-        return cls(rec.get("id") or "", "", rec.get("found"), rec.get("expected"), rec.get("hint") or rec.get("fix") or "",
+        return cls(rec.get("id") or "", rec.get("message") or "", rec.get("found"), rec.get("expected"), rec.get("hint") or rec.get("fix") or "",
                    rec.get("host", host), ok=bool(rec.get("ok")), skipped=bool(rec.get("skipped")),
                    waived=bool(rec.get("waived")))
 
