@@ -1,6 +1,6 @@
 """The inventory variables the planner reads, their types, ranges and formats, and how they are read.
 
-``KNOBS`` is the single table of the serve stage's variables; the sample inventories document
+``KNOBS`` (planner.knobs) is the single table of the serve stage's variables; the sample inventories document
 every one of them (a unit test holds them to it) and docs/launch-plan.md describes them.
 Variables shared with other stages keep the names agreed for the whole toolkit: llmb_platform,
 llmb_model, llmb_engine, llmb_engine_version, llmb_install, llmb_model_dir, llmb_cluster_iface,
