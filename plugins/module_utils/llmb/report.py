@@ -162,7 +162,7 @@ def _topology(host: str, d: dict, extra: dict | None) -> dict:
     for n in names:
         bad = [cid for cid in (f"numa.{n}", f"rdma.rail.{n}", f"links.{n}") if cid in failed]
         if bad:
-            dev_flags[n] = [f"{cid}: expected {failed[cid].get('expected')}, found {failed[cid].get('found')}"
+            dev_flags[n] = [Finding(cid, expected=failed[cid].get("expected"), found=failed[cid].get("found")).render()
                             for cid in bad]
     link_counts: dict[str, int] = {}
     for c in cells:
