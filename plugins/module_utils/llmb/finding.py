@@ -1,8 +1,8 @@
 """One finding: what was checked, on which host, what was expected, what was found, and the fix.
 
 The planner's refusals (llmbctl.planner.model.Problem is this type), verify's checks (llmbctl.verify)
-and the hardware parsers' findings (llmb.hw._text, llmbctl.hw.check) are all ``Finding``; this module is
-also their one renderer:
+and the hardware parsers' findings in a capture (llmbctl.hw.check: ``Finding.capture``) are all
+``Finding``; this module is also their one renderer:
 
     f = Finding("device.count", expected="8 devices", found="2 devices", fix="reseat the board", host="n1")
     f.render()          # 'n1: device.count: expected 8 devices, found 2 devices. reseat the board'
@@ -13,7 +13,9 @@ also their one renderer:
     Finding.from_record(d, host=...)       # any of the three back (a report reading a JSON file)
 
 The three records are the JSON contracts the report, the roles and deployment.json read (docs/verify.md,
-docs/launch-plan.md); they name the same fields. Standard library only: parsers run on the nodes.
+docs/launch-plan.md): the same fields under the names their readers know ("hint" is the fix of a check,
+"check" the id of a problem). Standard library only: parsers run on the nodes. Ansible tasks render a
+finding through the filter ``llmb_finding_line`` (plugins/filter/llmb_finding.py).
 """
 
 from __future__ import annotations
