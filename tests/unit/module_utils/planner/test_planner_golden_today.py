@@ -150,3 +150,28 @@ def test_a3_k26_w4a8_tutorial(planned):
     _assert_recipe(plan, svc, TUTORIAL_K26_A3, {"$MODEL": "/root/.cache/Kimi-K2.6-W4A8"}, start=2)
     assert {k: svc["env"].get(k) for k in K26_A3_ENV} == K26_A3_ENV
     assert "/root/.cache:/root/.cache" in svc["mounts"]
+
+
+# ---------------------------------------------------------------------------- Kimi-K2-Thinking, KTransformers 0.7.2
+# kvcache-ai/ktransformers doc/en/kt-kernel/Kimi-K2-Thinking-Native.md @ 15c624dcaeabddcf4cba83756737d9df22a6adf1:
+# "Launch Command (2x RTX 4090 Example)" with the "Recommended Parameters" row for 8 GPUs and the "Advance
+# Use Case" parsers; without --host / --port / --served-model-name (the inventory's) and
+# --tensor-parallel-size 2 (the planner takes the node's 8 GPUs: --tp-size 8)
+TUTORIAL_KT_K2_THINKING = (
+    "python -m sglang.launch_server --model $MODEL --kt-weight-path $MODEL --kt-cpuinfer 96 --kt-threadpool-count 2 "
+    "--kt-num-gpu-experts 80 --kt-method RAWINT4 --kt-gpu-prefill-token-threshold 400 "
+    "--kt-max-deferred-experts-per-token 1 --trust-remote-code --mem-fraction-static 0.94 --enable-mixed-chunk "
+    "--enable-p2p-check --disable-shared-experts-fusion --chunked-prefill-size 65536 --max-total-tokens 100000 "
+    "--attention-backend flashinfer --tool-call-parser kimi_k2 --reasoning-parser kimi_k2"
+)
+
+
+def test_ktransformers_072_k2_thinking_tutorial(planned):
+    plan = planned("ktransformers-072")
+    (host,) = plan.to_list()
+    svc = service(host, "llmb-ktransformers")
+    assert svc["argv"][:3] == ["/opt/llmb/venvs/ktransformers-0.7.2/bin/python", "-m", "sglang.launch_server"]
+    _assert_recipe(plan, svc, TUTORIAL_KT_K2_THINKING, {"$MODEL": "/data/models/Kimi-K2-Thinking"}, start=3)
+    got = dict(_argv_pairs(plan, svc, 3)[0])
+    assert got["--tp-size"] == 8
+    assert svc["api"]["reasoning"] and svc["api"]["tool_calls"] and "vision" not in svc["api"]
