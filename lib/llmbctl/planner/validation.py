@@ -9,6 +9,7 @@ supports is read from its capabilities record (capabilities.py), never from its 
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 from ..engines.capabilities import EngineCaps
@@ -449,8 +450,27 @@ def check_plan(ctx: Context, topo: Topology, engine_args: dict[str, Any], hosts:
 
 
 def check_image(ctx: Context) -> list[Problem]:
-    """A container install has an image: llmb_container_image or the flag set's default."""
-    if ctx.v["llmb_install"] != "container" or default_image(ctx):
+    """A container install has an image: llmb_container_image or the flag set's default; a model whose
+    NVIDIA builds are CUDA N only (the profile's requires.nvidia) is not given an image tagged for an
+    older CUDA (the images' cuXYZ tag suffix: cu129 = CUDA 12.9)."""
+    if ctx.v["llmb_install"] != "container":
+        return []
+    image = str(ctx.v.get("llmb_container_image") or default_image(ctx) or "")
+    nv = ((ctx.model.get("requires") or {}).get("nvidia") or {}) if isinstance(ctx.model.get("requires"), dict) else {}
+    tag = re.search(r":[^/]*?cu(\d{2})(\d)(?![\d])", image)
+    need = nv.get("cuda_major") if isinstance(nv, dict) else None
+    if ctx.platform.vendor == "nvidia" and tag and isinstance(need, int) and int(tag.group(1)) < need:
+        return [
+            Problem(
+                "model-engine",
+                f"{ctx.model_name} runs only on CUDA {need} builds (NVIDIA driver >= {nv.get('driver_min') or '?'}), "
+                f"and the image {image} is a CUDA {int(tag.group(1))}.{tag.group(2)} build",
+                found=f"llmb_container_image: {image}",
+                expected=f"a CUDA {need} image ({nv.get('source') or 'model profile'})",
+                fix=f"set llmb_container_image to a CUDA {need} build (or leave it unset for the release's default)",
+            )
+        ]
+    if default_image(ctx):
         return []
     return [
         Problem(

@@ -339,3 +339,21 @@ def test_k3_under_dp_and_expert_parallel_keeps_the_replicated_part_on_every_rank
     # TP 8 x DP 2 + EP: the rest split 8 ways, the experts 16 ways
     w, _, _ = memory.weights_per_device(text, "vllm", 8, 1, 2, True, K3)
     assert w == pytest.approx((text - experts) / 8 + experts / 16)
+
+
+@pytest.mark.parametrize("image,refused", [
+    ("vllm/vllm-openai:kimi-k3-cu129", True),   # a CUDA 12.9 build: a driver < R580 is enough for it, not for K3
+    ("vllm/vllm-openai:kimi-k3", False),        # the recipe's cu130 image
+    ("registry.local:5000/vllm-openai:v0.33.0-cu130", False),
+])
+def test_k3_in_a_cuda12_image_is_refused_naming_the_variable(image, refused):
+    kw = dict(llmb_platform="h200-hgx8", llmb_model="kimi-k3", llmb_engine_version="0.33.0",
+              llmb_vllm_multinode="native", llmb_container_image=image, **CONTAINERLESS)
+    if not refused:
+        _plan("mi300x-2x8", **kw)
+        return
+    with pytest.raises(PlanError) as err:
+        _plan("mi300x-2x8", **kw)
+    (prob,) = err.value.problems
+    assert prob.found == f"llmb_container_image: {image}" and "CUDA 12.9 build" in prob.message
+    assert "580.65.06" in prob.message
