@@ -357,3 +357,14 @@ def test_k3_in_a_cuda12_image_is_refused_naming_the_variable(image, refused):
     (prob,) = err.value.problems
     assert prob.found == f"llmb_container_image: {image}" and "CUDA 12.9 build" in prob.message
     assert "580.65.06" in prob.message
+
+
+def test_kimi_linear_hybrid_layout_by_hand():
+    kl = CAT.model("kimi-linear-48b-a3b-instruct").raw
+    assert memory.hybrid_layers(kl["kv_cache"], 1) == (7, 20)
+    # PP 2: vLLM splits 27 layers 14 + 13; layers 1-14 hold MLA 4, 8, 12 and 11 KDA, 15-27 hold 16, 20, 24, 27 and 9
+    assert memory.pp_partition(27, 2) == [14, 13]
+    assert memory.hybrid_layers(kl["kv_cache"], 2) == (4, 11)
+    # 20 KDA layers x (32 x 128 x 128 x 4 + 3 x 32 x 128 x 3 x 2) = 20 x 2,170,880
+    assert memory.linear_state(kl, 1, 1)[0] == 43_417_600
+    assert memory.kv_per_token(kl, None, 1)[0] == 576 * 7 * 2
