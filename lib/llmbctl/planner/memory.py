@@ -21,6 +21,11 @@ TP rank (the latent is not split by TP), so per rank and per token::
 
     KV tokens per instance = floor(available / (bytes per token x block)) x block x DCP
 
+Hybrid models (Kimi-K3, Kimi-Linear: kv_cache.kind hybrid) cache the MLA latent only in their
+full-attention layers; each Kimi Delta Attention layer holds a state of constant size per sequence
+(``linear_state``), subtracted once before the tokens are counted. A vision tower (the profile's
+``modality``) is part of total_size_bytes and placed on its own (``vision_share``).
+
 Decode context parallel stores each token on one of DCP ranks, so the same memory holds DCP times
 as many tokens (vLLM logs "Multiplying the GPU KV cache size by the dcp_world_size"). The engine
 refuses to start when one sequence of max-model-len does not fit; so does the planner when that
@@ -97,6 +102,7 @@ class MemoryFit:
     # the vision tower's share of weights_bytes on a device, and how it is placed
     vision_bytes: float = 0.0
     vision_how: str = ""
+    vision_total: float = 0.0  # the vision tower's bytes in total_size_bytes
 
     @property
     def budget_bytes(self) -> float:
@@ -158,8 +164,6 @@ class MemoryFit:
             + (f" with its state; {self.concurrent_full:,} such sequences fit at once" if self.state_bytes else "")
         )
         return f"per {self.device_model}: {avail}; {tokens}; {seq}"
-
-    vision_total: float = 0.0  # the vision tower's bytes in total_size_bytes (set with vision_bytes)
 
     @property
     def concurrent_full(self) -> int:
