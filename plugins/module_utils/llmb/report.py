@@ -30,6 +30,9 @@ STAGE_ORDER = [name for name in STAGE_NAMES if name != "report"]
 PIPELINE_STAGES = list(_PIPELINE)
 # Stages that run only on the hosts whose plan has an API service (they test the endpoint).
 API_STAGES = {"bench", "accuracy"}
+# What a control node (a host outside accel_nodes running the PD router; ``control`` in the
+# deployment's host entry) runs: no accelerator checks, no weights, no SSH mesh.
+CONTROL_STAGES = {"engine", "serve"} | API_STAGES
 # Extra per-host files of a stage: <stage>/<host><suffix>.json (not hosts of their own).
 _SUFFIXES = (".bandwidth",)
 _NOT_HOSTS = {"summary", "report", "deployment"}
@@ -73,17 +76,19 @@ def _api_hosts(deployment: dict) -> list[str]:
 
 def expected_results(deployment: dict | None, stages: list[str], present: dict[str, dict]) -> list[tuple[str, str]]:
     """Every (stage, host) a run of `stages` must have recorded. Hosts come from the deployment
-    document; without one, from the results themselves (every host seen in any stage)."""
+    document; without one, from the results themselves (every host seen in any stage). A control
+    node is expected only in CONTROL_STAGES."""
     hosts = list((deployment or {}).get("hosts") or {})
     if not hosts:
         hosts = sorted({h for hs in present.values() for h in hs})
     api = _api_hosts(deployment or {}) if deployment else []
+    control = {n for n, h in ((deployment or {}).get("hosts") or {}).items() if (h or {}).get("control")}
     out = []
     for s in stages:
         if s in API_STAGES:
             targets = api or sorted(present.get(s, {})) or hosts[:1]
         else:
-            targets = hosts
+            targets = [h for h in hosts if h not in control or s in CONTROL_STAGES]
         out.extend((s, h) for h in targets)
     return out
 
