@@ -67,7 +67,7 @@ def _group_nodes(ctx: Any, role: str, cfg: dict[str, Any], problems: list[Proble
     if outside:
         problems.append(_disagg(
             f"hosts of the {role} group {gname!r} are not in {GROUP}", outside[:8],
-            f"make {gname} a child group of {GROUP}"))
+            f"make {gname} a child group of {GROUP}, or set {VAR}.{role}.group to a child group of it"))
     nodes = [by_name[h] for h in members if h in by_name]
     head_name = ctx.dep.head.name
     if head_name in members and ctx.v.get("llmb_head"):
@@ -210,7 +210,8 @@ def plan(ctx: Any, engine: Any, problems: list[Problem], source: str) -> Any:
                 problems.append(_disagg(
                     f"{n.name} is in both the {owner[n.name]} and the {role} group",
                     f"{n.name} in {cfg.get('prefill', {}).get('group') or 'prefill_nodes'} and {gname}",
-                    "list every node in one group only", host=n.name))
+                    f"list every node in one group only (the groups {VAR}.prefill.group and "
+                    f"{VAR}.decode.group name)", host=n.name))
             owner[n.name] = role
         if nodes:
             k = gcfg.get("instances") or 1
@@ -232,7 +233,8 @@ def plan(ctx: Any, engine: Any, problems: list[Problem], source: str) -> Any:
     if idle:
         problems.append(_disagg(
             f"hosts of {GROUP} are in neither the prefill nor the decode group; they would serve nothing",
-            idle[:8], "put them in one of the groups, or out of accel_nodes"))
+            idle[:8], f"put them in one of the groups ({VAR}.prefill.group / {VAR}.decode.group), or out of "
+            f"{GROUP}"))
     if {g.role for g in groups} != set(ROLES) or problems:
         raise PlanError(problems, source)
 
@@ -257,6 +259,7 @@ def plan(ctx: Any, engine: Any, problems: list[Problem], source: str) -> Any:
         fit = memory.check_fit(g.ctx, topo, ea.values)
         for p in fit:
             p.message = f"the {g.role} group {g.name!r}: {p.message}"
+            p.fix = p.fix.replace("llmb_tensor_parallel or llmb_pipeline_parallel", f"{VAR}.{g.role}.tensor_parallel")
         problems += fit
     if problems:
         raise PlanError(problems, source)
