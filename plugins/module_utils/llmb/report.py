@@ -312,7 +312,18 @@ def collect(run_dir: Path, expect_stages: list[str] | None = None) -> dict:
         "serve": _serve(dep, stages.get("serve", {})),
         "bench": _gates(stages.get("bench", {}), "runs"),
         "accuracy": _gates(stages.get("accuracy", {}), "runs"),
+        **({"control": control} if (control := _control_hosts(dep)) else {}),
     }
+
+
+def _control_hosts(dep: dict | None) -> list[str]:
+    """The control nodes of the deployment (the PD router's host outside accel_nodes)."""
+    return [n for n, h in ((dep or {}).get("hosts") or {}).items() if (h or {}).get("control")]
+
+
+def _host_label(rep: dict, host: str) -> str:
+    """A host's column title: a control node says so (it runs the router, not the accelerator stages)."""
+    return f"{host} (control node: router)" if host in (rep.get("control") or []) else host
 
 
 # ---------------------------------------------------------------------------------------------
@@ -383,7 +394,7 @@ def render_md(rep: dict) -> str:
         lines.append("")
     hosts = rep["hosts"]
     if hosts:
-        lines.append("| stage | " + " | ".join(hosts) + " |")
+        lines.append("| stage | " + " | ".join(_host_label(rep, h) for h in hosts) + " |")
         lines.append("|---|" + "---|" * len(hosts))
         for s, hs in rep["results"].items():
             lines.append(f"| {s} | " + " | ".join(_cell(hs.get(h)) for h in hosts) + " |")
@@ -489,7 +500,7 @@ def render_html(rep: dict) -> str:
     hosts = rep["hosts"]
     if rep["results"] or not rep.get("refused"):
         p.append('<h2>Stages</h2><table id="stages"><tr><th>stage</th>'
-                 + "".join(f"<th>{_e(h)}</th>" for h in hosts) + "</tr>")
+                 + "".join(f"<th>{_e(_host_label(rep, h))}</th>" for h in hosts) + "</tr>")
         for s, hs in rep["results"].items():
             cells = []
             for h in hosts:

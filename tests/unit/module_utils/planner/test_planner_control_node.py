@@ -130,3 +130,32 @@ def test_the_engine_stage_installs_the_packages_alone_on_a_control_node():
     assert "llmb_deployment.host.control" in spec["_engine_host_control"]
     assert "[] if _engine_host_control" in spec["_engine_host_engine_requirements"]
     assert "_engine_host_engine_requirements + engine_host_packages" in spec["_engine_host_install_argv"]
+
+
+def test_a_site_run_with_the_control_node_is_ok_and_the_report_names_it(tmp_path):
+    """Every stage's result on the accelerator nodes, engine / serve / bench / accuracy on the control
+    node (verify, weights and ssh_mesh do not run there): the verdict is OK, the control node's column
+    says what it is, and its router is in the serve start order."""
+    import json
+
+    from llmb.report import PIPELINE_STAGES, write_report
+
+    doc = D.resolve(*control_inventory())
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "deployment.json").write_text(json.dumps(doc))
+    for stage in PIPELINE_STAGES:
+        hosts = [CTL] if stage in ("bench", "accuracy") else ["gpu-h200-01", "gpu-h200-02"]
+        hosts += [CTL] if stage in ("engine", "serve") else []
+        for host in hosts:
+            (run / stage).mkdir(exist_ok=True)
+            (run / stage / f"{host}.json").write_text(json.dumps({"host": host, "stage": stage, "ok": True}))
+    rep = write_report(str(run), PIPELINE_STAGES)
+    assert rep["verdict"] == "OK", rep["failed"]
+    assert rep["control"] == [CTL]
+    assert {"host": CTL, "service": ROUTER, "order": 40, "kind": "systemd"} in rep["serve"]["start_order"]
+    html = (run / "report.html").read_text()
+    assert f"<th>{CTL} (control node: router)</th>" in html
+    assert f"| {CTL} (control node: router) |" in (run / "report.md").read_text()
+    (run / "verify" / "gpu-h200-02.json").unlink()  # an accelerator node's verify is still expected
+    assert write_report(str(run), PIPELINE_STAGES)["failed"][0]["host"] == "gpu-h200-02"
