@@ -159,3 +159,29 @@ def test_a_site_run_with_the_control_node_is_ok_and_the_report_names_it(tmp_path
     assert f"| {CTL} (control node: router) |" in (run / "report.md").read_text()
     (run / "verify" / "gpu-h200-02.json").unlink()  # an accelerator node's verify is still expected
     assert write_report(str(run), PIPELINE_STAGES)["failed"][0]["host"] == "gpu-h200-02"
+
+
+def test_launch_plan_reads_a_control_node_from_the_inventory_files(tmp_path):
+    """Through scripts/launch-plan on a copy of the 1P1D sample with a group control_nodes in hosts.yml
+    (the way an operator writes it): planned, and the text form says what the control node is."""
+    import shutil
+    import subprocess
+    import sys
+
+    inv = tmp_path / "inv"
+    shutil.copytree(REPO / "inventories" / "h200-1p1d", inv)
+    hosts = yaml.safe_load((inv / "hosts.yml").read_text())
+    hosts["all"]["children"]["control_nodes"] = {"hosts": {CTL: {"ansible_host": "10.0.1.5",
+                                                                 "llmb_node_ip": "192.168.101.5"}}}
+    (inv / "hosts.yml").write_text(yaml.safe_dump(hosts, sort_keys=False))
+    serve = inv / "group_vars" / "all" / "serve.yml"
+    doc = yaml.safe_load(serve.read_text())
+    doc["llmb_disaggregation"]["router"]["host"] = CTL
+    serve.write_text(yaml.safe_dump(doc, sort_keys=False))
+    script = [sys.executable, str(REPO / "scripts" / "launch-plan"), "-i", str(inv)]
+    text = subprocess.run(script, capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert text.returncode == 0, text.stdout + text.stderr
+    assert f"== {CTL} (192.168.101.5), rank 2\n   control node (outside accel_nodes): the router only" in text.stdout
+    js = subprocess.run([*script, "--format", "json"], capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert [(h["host"], h.get("control")) for h in yaml.safe_load(js.stdout)] == [
+        ("gpu-h200-01", None), ("gpu-h200-02", None), (CTL, True)]
