@@ -78,11 +78,12 @@ def ctl(tmp_path_factory):
     run_id = f"ctl-{int(time.time())}"
     logs = tmp_path_factory.mktemp("ctl-logs")
     env_off = ("-e", '{"serve_health_timeout_s": 90}')
+    pre = playbook(inv, logs, run_id, "playbooks/preflight.yml")
     dry = playbook(inv, logs, run_id + "-dry", "playbooks/engine.yml", "--check", "--diff")
     engine = playbook(inv, logs, run_id, "playbooks/engine.yml")
     serve = playbook(inv, logs, run_id, "playbooks/serve.yml", *env_off) if engine.rc == 0 else None
     print(f"\n[control-node e2e] setup and stages {time.monotonic() - t0:.1f} s")
-    yield {"doc": doc, "inv": inv, "venv": venv, "dry": dry, "engine": engine, "serve": serve, "logs": logs,
+    yield {"doc": doc, "inv": inv, "venv": venv, "pre": pre, "dry": dry, "engine": engine, "serve": serve, "logs": logs,
            "run_id": run_id,
            "artifacts": ROOT / "artifacts" / run_id}
     for n, unit in UNITS.items():
@@ -98,6 +99,14 @@ def test_the_deployment_puts_the_router_on_the_control_node(ctl):
     assert hosts["node3"]["control"] is True and [s["name"] for s in hosts["node3"]["plan"]["services"]] == [ROUTER]
     assert hosts["node3"]["packages"] == ["sglang-router==0.3.2"]
     assert ROUTER not in [s["name"] for h in ("node1", "node2") for s in hosts[h]["plan"]["services"]]
+
+
+def test_preflight_reaches_the_control_node_and_skips_its_driver_check(ctl):
+    pre = ctl["pre"]
+    assert pre.rc == 0, pre.out[-3000:]
+    driver = pre.out.split("TASK [NVIDIA driver version]", 1)[1].split("TASK [", 1)[0]
+    assert "ok: [node1]" in driver and "skipping: [node3]" in driver, driver
+    assert re.search(r"node3\s+: ok=\d+ .*failed=0", pre.out), pre.out[-1500:]
 
 
 def test_the_engine_stage_installs_the_routers_package_alone_on_the_control_node(ctl):
