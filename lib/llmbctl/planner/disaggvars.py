@@ -39,7 +39,7 @@ DISAGG_GROUP_KEYS: dict[str, Knob] = {
 DISAGG_ROUTER_KEYS: dict[str, Knob] = {
     k.name: k
     for k in (
-        Knob("host", "str", None, "the host of accel_nodes that runs the router (default: prefill node 0)"),
+        Knob("host", "str", None, "the host that runs the router: a host of accel_nodes (default: prefill node 0) or a control node outside it"),
         Knob("port", "int", 8000, "the router's port: the one endpoint clients use", min=1, max=65535),
         Knob("policy", "str", None, "sglang-router --policy (random, round_robin, cache_aware, power_of_two)",
              choices=("random", "round_robin", "cache_aware", "power_of_two")),

@@ -193,6 +193,8 @@ class Deployment:
     vars: dict[str, Any] = field(default_factory=dict)
     groups: dict[str, list[str]] = field(default_factory=dict)  # the inventory's groups (host names)
     node_facts: dict[str, dict[str, Any]] = field(default_factory=dict)  # per host: llmb_ib_device, rdma
+    # the inventory's hosts outside accel_nodes (a control node that may run the PD router): name -> address
+    outside: dict[str, str] = field(default_factory=dict)
 
     def __getitem__(self, key: str) -> Any:
         return self.vars[key]
@@ -366,4 +368,7 @@ def read_deployment(
         node_facts[n] = {"ib_device": ib if isinstance(ib, str) else None,
                          "rdma_devices": rdma if isinstance(rdma, list) else None, "cpu_amx": amx}
     groups_seen = {str(k): [str(h) for h in (v or [])] for k, v in groups.items()}
-    return Deployment(nodes=nodes, vars=values, groups=groups_seen, node_facts=node_facts), problems
+    outside = {h: _address_of(h, hostvars[h])[0] for h in groups_seen.get("all", [])
+               if h not in names and h in hostvars}
+    return Deployment(nodes=nodes, vars=values, groups=groups_seen, node_facts=node_facts,
+                      outside=outside), problems

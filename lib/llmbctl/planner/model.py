@@ -101,15 +101,21 @@ class HostPlan:
     rank: int
     services: list[Service] = field(default_factory=list)
     model: dict[str, Any] = field(default_factory=dict)
+    # a control node: a host outside accel_nodes that runs no engine and has no accelerators (the PD
+    # router's); in the JSON only when set, so the plans of accelerator nodes keep their form
+    control: bool = False
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             "host": self.host,
             "address": self.address,
             "rank": self.rank,
             "model": dict(self.model),
             "services": [s.to_dict() for s in sorted(self.services, key=lambda s: (s.order, s.name))],
         }
+        if self.control:
+            out["control"] = True
+        return out
 
 
 class Planned:
