@@ -117,6 +117,21 @@ def _env_lines(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     return lines
 
 
+def argv_lines(old: list[Any], new: list[Any]) -> list[str]:
+    """The words of an argv that change, each with the word before it (a flag's value with its flag)."""
+    o, n = [str(x) for x in old], [str(x) for x in new]
+    lines = []
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(a=o, b=n, autojunk=False).get_opcodes():
+        if tag == "equal":
+            continue
+        ctx = [o[i1 - 1]] if i1 > 0 and j1 > 0 and o[i1 - 1] == n[j1 - 1] else []
+        if i2 > i1:
+            lines.append("- " + shlex.join(ctx + o[i1:i2]))
+        if j2 > j1:
+            lines.append("+ " + shlex.join(ctx + n[j1:j2]))
+    return lines
+
+
 def _text_diff(old: str, new: str) -> list[str]:
     return [line.rstrip("\n") for line in difflib.unified_diff(old.splitlines(True), new.splitlines(True), n=0)
             if not line.startswith(("---", "+++", "@@"))]
@@ -179,15 +194,19 @@ def diff(old: dict[str, Any] | None, new: dict[str, Any]) -> dict[str, Any]:
                 changes.append(_change(host, name, "service", None, name, [f"+ service {name}",
                                                                          "+ argv: " + shlex.join(map(str, ns.get("argv") or []))]))
                 continue
-            if os_.get("argv") != ns.get("argv"):
-                changes.append(_change(host, name, "argv", os_.get("argv"), ns.get("argv"), [
-                    "- " + shlex.join(map(str, os_.get("argv") or [])), "+ " + shlex.join(map(str, ns.get("argv") or []))]))
+            argv_changed = os_.get("argv") != ns.get("argv")
+            if argv_changed:
+                changes.append(_change(host, name, "argv", os_.get("argv"), ns.get("argv"),
+                                       argv_lines(os_.get("argv") or [], ns.get("argv") or [])))
             if (os_.get("env") or {}) != (ns.get("env") or {}):
                 changes.append(_change(host, name, "env", os_.get("env"), ns.get("env"),
                                        _env_lines(os_.get("env") or {}, ns.get("env") or {})))
             ou, nu = render_unit(old, host, os_), render_unit(new, host, ns)
             if ou != nu:
-                changes.append(_change(host, name, "unit", ou, nu, _text_diff(ou or "", nu or "")))
+                lines = _text_diff(ou or "", nu or "")
+                if argv_changed:  # ExecStart= is the argv: said once, above
+                    lines = [x for x in lines if not x[1:].startswith("ExecStart=")] + ["  ExecStart=: the argv above"]
+                changes.append(_change(host, name, "unit", ou, nu, lines))
             for field in SERVICE_FIELDS:
                 if os_.get(field) != ns.get(field):
                     changes.append(_change(host, name, field, os_.get(field), ns.get(field),

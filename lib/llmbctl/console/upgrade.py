@@ -99,7 +99,10 @@ def check(run_playbook, inv: str, extra: list[str], run_id: str, root: Path, tit
     run_dir = root / "artifacts" / run_id
     new = _doc(run_dir)
     if new is not None:
-        _show_diff(run_dir, H.inventory_dir_of(inv), new, title)
+        record = _show_diff(run_dir, H.inventory_dir_of(inv), new, title)
+        for g in record["groups"]:
+            g["status"] = "check mode, not applied"
+        _write_record(run_dir, record)
         write_report(str(run_dir), PIPELINE_STAGES)
         _out(f"plan diff:      {run_dir / 'upgrade.md'}")
     return rc
