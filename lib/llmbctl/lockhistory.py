@@ -13,7 +13,8 @@ so that ``llmb rollback --to N`` re-applies exactly that document (stage 0 loads
 planning: llmbctl.deployment.build with llmb_rollback_to), giving the same argv and units byte for
 byte. Entries are written once, atomically (a temporary file linked to its number: two writers never
 share a number), and never rewritten; an apply whose document and lock equal the newest entry's adds
-none. The console records an entry after a run whose serve stage succeeded everywhere.
+none (a rollback to the newest entry adds none; to an older one, a new entry, so the history reads in
+the order things ran). The console records an entry after a run whose serve stage succeeded everywhere.
 """
 
 from __future__ import annotations
@@ -94,7 +95,9 @@ def document_body(doc: dict[str, Any]) -> dict[str, Any]:
 
 
 def _same(entry: dict[str, Any] | None, lock: dict[str, Any], doc: dict[str, Any]) -> bool:
-    return bool(entry) and entry["lock"] == lock and entry["deployment"] == document_body(doc)
+    """The same lock and the same document content (its hash: all but the run and where pins came from)."""
+    return bool(entry) and entry["lock"] == lock and entry["deployment"].get("hash") == doc.get("hash") \
+        and doc.get("hash") is not None
 
 
 def record(

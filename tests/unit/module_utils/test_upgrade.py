@@ -204,6 +204,7 @@ def test_stage_0_reapplies_an_entry_byte_for_byte_and_restores_its_lock(tmp_path
     assert back["hash"] == old["hash"] and back["run"] == {"id": "run-x", "artifacts_dir": "/tmp/none"}
     assert D.canonical(back) == D.canonical(old)
     assert back["hosts"] == old["hosts"] and back["pins"]["sources"]["rollback"] == 1
+    assert H.record(inv, back, "r3") == (1, False)  # back to the newest entry: nothing new to record
     assert (inv / P.LOCK_NAME).read_text() == json.dumps(json.loads(old_lock), indent=2, sort_keys=True) + "\n"
 
 
