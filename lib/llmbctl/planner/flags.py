@@ -160,6 +160,13 @@ class EngineArgs:
             self.notes.append(f"{spelled} ({origin}) passed through unchecked (llmb_engine_flags_unchecked)")
             return
         resolved = self.fs.resolve(spelled)
+        moved = self.fs.translate(spelled) if resolved is None else None
+        if moved is not None:  # another shipped release's spelling of a destination this one has
+            canon, negated, release = moved
+            said = canon if not negated else self.fs.render(canon, False)[0]
+            self.notes.append(f"{spelled} ({origin}) of {self.fs.engine} {release} is {said} in "
+                              f"{self.fs.engine} {self.fs.version}; translated")
+            resolved = (canon, negated)
         if resolved is None and self.fs.changed_in(spelled) is not None:
             how, release = self.fs.changed_in(spelled)  # type: ignore[misc]
             if how == "introduced":
@@ -236,6 +243,9 @@ class EngineArgs:
             if renamed and renamed[1].get("to"):
                 target = renamed[1]["to"]
             resolved = self.fs.resolve(target) if target not in self.allow_unchecked else None
+            if resolved is None and target not in self.allow_unchecked:
+                moved = self.fs.translate(target)  # another shipped release's spelling
+                resolved = moved[:2] if moved else None
             takes = False
             if renamed and "value" in renamed[1]:
                 takes = False  # the old switch takes no value; the rename supplies it

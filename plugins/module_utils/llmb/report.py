@@ -20,6 +20,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from .finding import Finding
 from .fsutil import atomic_write_text
 from .stages import PIPELINE_STAGES as _PIPELINE
 from .stages import STAGE_NAMES
@@ -161,7 +162,7 @@ def _topology(host: str, d: dict, extra: dict | None) -> dict:
     for n in names:
         bad = [cid for cid in (f"numa.{n}", f"rdma.rail.{n}", f"links.{n}") if cid in failed]
         if bad:
-            dev_flags[n] = [f"{cid}: expected {failed[cid].get('expected')}, found {failed[cid].get('found')}"
+            dev_flags[n] = [Finding(cid, expected=failed[cid].get("expected"), found=failed[cid].get("found")).render()
                             for cid in bad]
     link_counts: dict[str, int] = {}
     for c in cells:
@@ -243,9 +244,9 @@ def _refusal(dep: dict | None) -> list[dict] | None:
 
 
 def problem_lines(p: dict) -> list[str]:
-    """One problem of the refusal as the planner prints it: [check] message, then found/expected/fix."""
-    head = f"[{p.get('check')}] " + (f"{p['host']}: " if p.get("host") else "") + str(p.get("message"))
-    return [head] + [f"{k}: {p[k]}" for k in ("found", "expected", "fix") if p.get(k) not in (None, "")]
+    """One problem of the refusal as the planner prints it (llmb.finding): [check] message, then found/expected/fix."""
+    f = Finding.from_record({"check": None, **p})
+    return [f.title()] + [f"{k}: {v}" for k, v in f.details()]
 
 
 def _upgrade(run_dir: Path) -> dict | None:
