@@ -192,6 +192,8 @@ def rollback(run_playbook, a, inv: str, extra: list[str], run_id: str, root: Pat
             _out(f"{r['n']:>4}  {r['applied_at']}  {r['how']:<8}  {r['engine']:<16}  model {str(r['model_commit'])[:12]}  "
                  f"run {r['run_id']}")
         return 0
+    if a.to is not None and a.to < 1:
+        raise H.HistoryError(f"--to {a.to}: an entry number is 1 or more (llmb rollback -i {inv} --list)")
     n = a.to if a.to is not None else H.default_target(inv_dir)
     entry = H.load(inv_dir, n)
     title = f"llmb rollback --to {n} {run_id}"

@@ -310,5 +310,9 @@ def test_rollback_bad_inputs_exit_2_naming_them(tmp_path, capsys):
         cli.main(["rollback", "-i", str(tmp_path), "--to", "x"])
     assert exc.value.code == 2
     assert "--to: invalid int value" in capsys.readouterr().err
+    assert cli.main(["rollback", "-i", str(tmp_path), "--to", "0"]) == 2
+    assert "--to 0: an entry number is 1 or more" in capsys.readouterr().err
+    assert cli.main(["rollback", "-i", str(tmp_path), "--to", "4"]) == 2
+    assert "no applied lock 4" in capsys.readouterr().err
     assert cli.main(["rollback", "-i", str(tmp_path), "--list"]) == 0
     assert "no applied lock" in capsys.readouterr().out
