@@ -320,6 +320,8 @@ TOOLKIT_KNOBS: tuple[Knob, ...] = (
                   "playbooks/_run.yml: when the stage started (the report's durations)"),
     _toolkit_knob("llmb_report_stages", "list", None, "playbooks/report.yml: the stages the run was to complete"),
     _toolkit_knob("llmb_repin", "bool", False, "stage 0: resolve the model commit and image digests again (-e)"),
+    _toolkit_knob("llmb_rollback_to", "int", None, "stage 0: re-apply the deployment of lock history entry N "
+                  "(<inventory>/llmb.lock.history/, llmb rollback) instead of planning (-e)", min=1),
     _toolkit_knob("llmb_model_revision", "str", None, "stage 0: the model's revision, a 40-hex commit or a branch/tag "
                   "(default: the profile's revision); a branch is resolved at the hub and locked in llmb.lock.json",
                   format="token"),

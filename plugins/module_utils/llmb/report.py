@@ -254,6 +254,23 @@ def problem_lines(p: dict) -> list[str]:
     return [f.title()] + [f"{k}: {v}" for k, v in f.details()]
 
 
+def _upgrade(run_dir: Path) -> dict | None:
+    """upgrade.json of a run of `llmb up` / `llmb rollback` (llmbctl.console.upgrade): the plan diff's
+    text, the groups and how each went, the message; None when there is none."""
+    doc, _ = _read_json(run_dir / "upgrade.json") if (run_dir / "upgrade.json").exists() else (None, None)
+    if not isinstance(doc, dict):
+        return None
+    return {"command": doc.get("command"), "diff_text": doc.get("diff_text") or [],
+            "groups": doc.get("groups") or [], "message": doc.get("message")}
+
+
+def _upgrade_lines(up: dict) -> list:
+    lines = [str(line) for line in up.get("diff_text") or []]
+    lines += [f"group {g.get('n')} ({', '.join(g.get('hosts') or [])}): {g.get('status', 'not reached')}"
+              for g in up.get("groups") or []]
+    return lines + ([str(up["message"])] if up.get("message") else [])
+
+
 def collect(run_dir: Path, expect_stages: list[str] | None = None) -> dict:
     if not run_dir.is_dir():
         raise ReportError(f"report: no results directory {run_dir} (did any stage run?)")
@@ -314,6 +331,7 @@ def collect(run_dir: Path, expect_stages: list[str] | None = None) -> dict:
         "bench": _gates(stages.get("bench", {}), "runs"),
         "accuracy": _gates(stages.get("accuracy", {}), "runs"),
         **({"control": control} if (control := _control_hosts(dep)) else {}),
+        "upgrade": _upgrade(run_dir),
     }
 
 
@@ -423,6 +441,8 @@ def render_md(rep: dict) -> str:
         if notes:
             lines += [f"{title} note ({h}): {n}" for h, n in notes]
             lines.append("")
+    if rep.get("upgrade"):
+        lines += ["## Plan diff and groups (upgrade.md)", "", "```", *_upgrade_lines(rep["upgrade"]), "```", ""]
     lines += ["Per-host results: `<stage>/<host>.json` beside this file; the picture: `report.html`.", ""]
     return "\n".join(lines)
 
@@ -566,6 +586,10 @@ def render_html(rep: dict) -> str:
                   for h, k, v, t, r in rows]
             p.append("</table>")
         p += [f'<p class="note" id="{key}-note-{_e(h)}"><b>{_e(h)}</b>: {_e(n)}</p>' for h, n in notes]
+    if rep.get("upgrade"):
+        p.append('<h2>Plan diff and groups</h2><pre id="upgrade">')
+        p += [_e(line) for line in _upgrade_lines(rep["upgrade"])]
+        p.append("</pre>")
     p.append('<p class="small">Per-host results: <code>&lt;stage&gt;/&lt;host&gt;.json</code> beside this file.</p>')
     p.append("</body></html>\n")
     return "\n".join(p)
