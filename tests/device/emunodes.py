@@ -74,6 +74,9 @@ SHAPES: dict[str, dict] = {
           # out of range for assigned_physical_gpu_ids [2, 3]", docs/examples/serve-real-multinode/
           # nodes-b-first/). Real nodes number their own GPUs from 0. Added to the common engine args.
           "engine_args": {"disable-custom-all-reduce": True}},
+    # each node its own instance (TP over its own GPUs): the cache timings run several side by side
+    "one": {"what": "the node alone: TP over its own GPUs (cold / warm / peer-cache start timings)",
+            "vars": lambda n, g: {"llmb_tensor_parallel": g}},
     "c": {"what": "DP over all GPUs with expert parallelism: rank 0 + --headless --data-parallel-start-rank",
           "vars": lambda n, g: {"llmb_tensor_parallel": 1, "llmb_data_parallel": n * g,
                                 "llmb_data_parallel_local": g, "llmb_expert_parallel": True}},
@@ -160,11 +163,24 @@ def enter_node(node: EmuNode) -> dict[str, str]:
     return {**os.environ, **identity_env(node)}
 
 
+CACHE_ROOT = os.environ.get("LLMB_DEVICE_NODE_CACHE", "/root/llmb-nodecache")
+
+
+def cache_env(node: EmuNode, root: str = CACHE_ROOT) -> dict[str, str]:
+    """Each node's own compile and kernel caches (a real node has its own disk; the emulated ones share
+    one): vLLM's cache root (its torch.compile artifacts), Triton's, TorchInductor's, and the rest of
+    ~/.cache (FlashInfer's JIT) under ROOT/<node>/."""
+    base = f"{root}/{node.name}"
+    return {"XDG_CACHE_HOME": base, "VLLM_CACHE_ROOT": f"{base}/vllm", "TRITON_CACHE_DIR": f"{base}/triton",
+            "TORCHINDUCTOR_CACHE_DIR": f"{base}/inductor"}
+
+
 def node_env(node: EmuNode, state_root: Path, bin_dir: Path = HERE / "bin") -> dict[str, str]:
-    """The environment the node's interpreter wrapper adds: identity, runner state, stand-ins first."""
+    """The environment the node's interpreter wrapper adds: identity, its own caches, runner state,
+    stand-ins first."""
     # RAY_TMPDIR: every real node has its own /tmp, where Ray keeps its session and unix sockets (a
     # short path: a unix socket path is at most 107 bytes)
-    return {**identity_env(node), "RAY_TMPDIR": f"/tmp/llmb-ray-{node.name}",
+    return {**identity_env(node), **cache_env(node), "RAY_TMPDIR": f"/tmp/llmb-ray-{node.name}",
             "LLMB_RUNNER_STATE": str(state_root / node.name),
             "LLMB_DEVICE_NODE": node.name, "PYTHONUNBUFFERED": "1", "PATH_PREPEND": str(bin_dir)}
 
@@ -334,6 +350,7 @@ def main(argv: list[str] | None = None) -> int:
             p.add_argument("--out", type=Path, required=True)
             p.add_argument("--state", type=Path, required=True)
             p.add_argument("--python", required=True, help="the interpreter Ansible runs modules with")
+            p.add_argument("--only", help="this node alone (node<i>): an inventory of one host")
         if name == "show":
             p.add_argument("--state", type=Path)
     ex = sub.add_parser("exec")
@@ -372,6 +389,8 @@ def main(argv: list[str] | None = None) -> int:
         elif a.cmd == "show":
             print(json.dumps(show(nodes, a.state), indent=1))
         else:
+            if a.only:
+                nodes = [node_of(a.only, nodes)]
             out = write_inventory(a.out, nodes, a.shape, a.python, a.state)
             print(out)
         return 0
