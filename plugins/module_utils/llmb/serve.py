@@ -36,6 +36,10 @@ __all__ = ["QuotingError", "systemd_exec"]  # re-exported: the filter and older 
 
 UNIT_SERVICE_SETTINGS = (
     "Restart=on-failure",
+    # an engine that ends with status 0 by itself is restarted too: vLLM 0.26.0's node rank 0 exits 0
+    # after its engine core died of a lost node (docs/examples/serve-real-multinode/faults/kill-rank/);
+    # a stop asked for (systemctl stop) is never restarted
+    "RestartForceExitStatus=0",
     "RestartSec=10",
     "KillMode=mixed",
     "TimeoutStopSec=60",
