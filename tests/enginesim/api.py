@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import os
 import threading
 import time
 from dataclasses import dataclass, field
@@ -41,6 +42,11 @@ class ApiConfig:
     model_format: str | None = None
     # the server takes images (a vision tower in config.json, not served --language-model-only)
     vision: bool = False
+    # vLLM's native multi-node rank 0: () -> why the group lost a node, or None. The real vLLM 0.26.0
+    # keeps /health 200 after a node is lost, fails the next request with 500 (its collective meets
+    # the dead ranks: "NCCL error: remote process exited") and its API then exits with status 0
+    # (docs/examples/serve-real-multinode/faults/kill-rank/)
+    group_lost: Any = None
 
 
 def _words(text: str) -> int:
@@ -320,6 +326,17 @@ class ApiServer:
                     req = json.loads(raw or b"{}")
                 except ValueError:
                     return self._send(400, ApiError(400, "invalid JSON body", "BadRequestError").body())
+                lost = outer.cfg.group_lost() if outer.cfg.group_lost and self.path in (
+                    "/v1/chat/completions", "/v1/completions") else None
+                if lost:
+                    outer.log.error(f"RuntimeError: NCCL error: remote process exited or there was a network error "
+                                    f"({lost})", "multiproc_executor.py:1007")
+                    self._send(500, {"error": {"message": "EngineCore encountered an issue. See stack trace (above) "
+                                               "for the root cause.", "type": "InternalServerError", "param": None,
+                                               "code": 500}})
+                    outer.log.raw("INFO:     Application shutdown complete.")
+                    threading.Timer(0.2, os._exit, args=(0,)).start()  # the real API exits 0 here
+                    return None
                 try:
                     if outer.cfg.pd is not None and self.path in ("/v1/chat/completions", "/v1/completions"):
                         outer.cfg.pd.before_chat(req)
