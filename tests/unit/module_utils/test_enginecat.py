@@ -600,6 +600,103 @@ def test_vllm_ascend_set_records_the_plugin_it_could_not_load_and_its_wheel_requ
     assert "cuda_major" not in req  # no NVIDIA driver finding for an Ascend release
 
 
+def test_vllm_ascend_0_23_0_post1_set_is_vllm_0_23_0s_parser_with_the_plugin_from_its_sdist():
+    """The index holds vllm-ascend 0.23.0.post1 as an sdist only: the set records the sdist's digest, the
+    lines of the sdist that name the vLLM release it pairs with, the plugin it could not load, and the
+    requirements of the sdist's PKG-INFO; its options are exactly those of the shipped vllm-0.23.0 set."""
+    doc = CAT.flagset_doc("vllm-ascend-0.23.0.post1")
+    gen = doc["generator"]
+    assert gen["release"] == "vllm-ascend==0.23.0.post1 with vllm==0.23.0"
+    assert "sdist mode" in gen["method"] and "vllm_ascend-0.23.0.post1.tar.gz sha256 " \
+        "a3b9f4a5dd7aa50c37e03d1f35937c4ae5aeacc49b734cac74d59ce5757738e1" in gen["method"]
+    assert 'docs/source/conf.py:86: "pip_vllm_version": "0.23.0"' in gen["method"]
+    assert "Dockerfile:42: ARG VLLM_TAG=v0.23.0" in gen["method"]
+    plugin = doc["plugin"]
+    assert plugin["loaded"] is False and "torch_npu" in plugin["error"] and plugin["at"].startswith("vllm_ascend/")
+    assert "vllm.platform_plugins:ascend=vllm_ascend:register" in plugin["entry_points"]
+    assert doc["option_strings_sha256"] == CAT.flagset_doc("vllm-0.23.0")["option_strings_sha256"]
+    req = CAT.release_requirements("vllm-ascend", "0.23.0.post1")["requirements"]
+    assert (req["cann"], req["torch"], req["torch_npu"], req["python"]) == ("==9.1.0", "==2.10.0", "==2.10.0.post4",
+                                                                         ">=3.10,<3.13")
+    assert "glibc" not in req  # no wheel tag to read it from
+    assert req["requirements_from"].startswith("vllm_ascend-0.23.0.post1.tar.gz PKG-INFO (copied as ")
+
+
+def _fake_sdist(tmp_path: Path, conf_pin: str = "0.9.0", docker_pin: str = "v0.9.0") -> Path:
+    import tarfile
+
+    root = tmp_path / "src" / "vllm_ascend-9.9.9.post1"
+    (root / "vllm_ascend").mkdir(parents=True)
+    (root / "vllm_ascend" / "__init__.py").write_text("import torch_npu  # noqa\n")
+    meta = ("Metadata-Version: 2.4\nName: vllm_ascend\nVersion: 9.9.9.post1\nRequires-Python: >=3.10\n"
+            "Requires-Dist: torch==2.10.0\nRequires-Dist: torch-npu==2.10.0.post4\n\n## Prerequisites\n"
+            "- Software:\n    - Python >= 3.10, < 3.13\n    - CANN == 9.1.0 (see ...)\n")
+    (root / "PKG-INFO").write_text(meta)
+    egg = root / "vllm_ascend.egg-info"
+    egg.mkdir()
+    (egg / "PKG-INFO").write_text(meta)
+    (egg / "top_level.txt").write_text("vllm_ascend\n")
+    (egg / "entry_points.txt").write_text("[vllm.platform_plugins]\nascend = vllm_ascend:register\n")
+    (root / "docs" / "source").mkdir(parents=True)
+    (root / "docs" / "source" / "conf.py").write_text(f'x = {{\n    "pip_vllm_version": "{conf_pin}",\n}}\n')
+    (root / "Dockerfile").write_text(f"FROM x\nARG VLLM_TAG={docker_pin}\n")
+    path = tmp_path / "vllm_ascend-9.9.9.post1.tar.gz"
+    with tarfile.open(path, "w:gz") as tf:
+        tf.add(root, arcname=root.name)
+    return path
+
+
+def _sdist_entry(path: Path, sha: str | None = None) -> dict:
+    import hashlib
+
+    return {"filename": path.name, "url": path.as_uri(),
+            "hashes": {"sha256": sha or hashlib.sha256(path.read_bytes()).hexdigest()}}
+
+
+def test_sdist_mode_reads_the_paired_release_from_the_sdist_and_installs_its_plugin_metadata(tmp_path):
+    from importlib import metadata
+
+    eng, _ = E.parse_spec("vllm-ascend==9.9.9.post1")
+    sd = E.fetch_sdist(eng, "9.9.9.post1", _sdist_entry(_fake_sdist(tmp_path)), tmp_path / "w")
+    assert sd.base_version == "0.9.0"
+    assert sd.pins == ('docs/source/conf.py:2: "pip_vllm_version": "0.9.0",', "Dockerfile:2: ARG VLLM_TAG=v0.9.0")
+    venv = tmp_path / "venv"
+    site = venv / "lib" / "python3.11" / "site-packages"
+    site.mkdir(parents=True)
+    E.install_sdist_files(sd, venv)
+    dist = next(d for d in metadata.distributions(path=[str(site)]) if d.metadata["Name"] == "vllm_ascend")
+    assert [(ep.group, ep.name, ep.value) for ep in dist.entry_points] == [
+        ("vllm.platform_plugins", "ascend", "vllm_ascend:register")]
+    assert (site / "vllm_ascend" / "__init__.py").is_file()
+    assert E.sdist_record(venv, "vllm-ascend", "9.9.9.post1")["sha256"] == sd.sha256
+    assert E.sdist_record(venv, "vllm-ascend", "9.9.9") is None
+    req = E.release_requirements_of(venv, eng, "9.9.9.post1")
+    assert req["torch_npu"] == "==2.10.0.post4" and req["cann"] == "==9.1.0" and req["python"] == ">=3.10,<3.13"
+    assert req["requirements_from"].startswith("vllm_ascend-9.9.9.post1.tar.gz PKG-INFO (copied as "
+                                               "vllm_ascend-9.9.9.post1.dist-info/METADATA): ")
+
+
+def test_sdist_mode_refuses_a_wrong_digest_and_pins_that_disagree(tmp_path):
+    eng, _ = E.parse_spec("vllm-ascend==9.9.9.post1")
+    path = _fake_sdist(tmp_path / "a")
+    with pytest.raises(E.ExtractError, match="sha256 .* the package index says"):
+        E.fetch_sdist(eng, "9.9.9.post1", _sdist_entry(path, "0" * 64), tmp_path / "w1")
+    bad = _fake_sdist(tmp_path / "b", docker_pin="v0.8.0")
+    with pytest.raises(E.ExtractError, match=r"pairs with is not read .*\['0.8.0', '0.9.0'\]"):
+        E.fetch_sdist(eng, "9.9.9.post1", _sdist_entry(bad), tmp_path / "w2")
+
+
+def test_sdist_mode_only_where_the_index_has_no_wheel(monkeypatch):
+    files = [{"filename": "vllm_ascend-1.0.tar.gz", "url": "u", "hashes": {}}]
+    monkeypatch.setattr(E, "index_files", lambda dist, version: files)
+    assert E.sdist_only("vllm-ascend", "1.0") == files[0]
+    files.append({"filename": "vllm_ascend-1.0-cp311-cp311-manylinux_2_24_x86_64.whl", "url": "u", "hashes": {}})
+    assert E.sdist_only("vllm-ascend", "1.0") is None
+    files.clear()
+    with pytest.raises(E.ExtractError, match="lists no file"):
+        E.sdist_only("vllm-ascend", "1.0")
+
+
 def _fake_dist(site: Path, name: str, version: str, meta: str, tag: str) -> None:
     info = site / f"{name}-{version}.dist-info"
     info.mkdir(parents=True)
