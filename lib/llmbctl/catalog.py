@@ -452,7 +452,7 @@ def engine_errors(doc: Any) -> list[str]:
 OVERLAY_KEYS = ("images", "image_suffix_by_platform", "supports_model_types", "planner_owned", "renamed",
                 "defaults", "config_checks", "versions", "source", "spelling", "requirements", "api_key_env",
                 "pd_router", "optimize_rules", "parsers", "transfer_packages", "env_renamed",
-                "packages")
+                "packages", "load_format_packages")
 
 
 def overlay_errors(doc: Any, generated: bool = False) -> list[str]:

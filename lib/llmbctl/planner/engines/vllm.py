@@ -24,7 +24,7 @@ from llmb.ports import host_port
 
 from ...catalog import Catalog
 from ...engines.capabilities import EngineCaps, HostPackage
-from ...engines.registry import FlagSet, load_flagset
+from ...engines.registry import FlagSet, load_flagset, overlay_for
 from .. import containers
 from .. import topology as shared
 from ..context import Context
@@ -239,6 +239,7 @@ def services(ctx: Context, topo: Topology, ea: EngineArgs) -> list[HostPlan]:
         else:
             svc = Service(name="llmb-vllm", kind="systemd", role=role, argv=argv, order=order, env=env)
             svc = common.engine_service(ctx, svc, *bits)
+        svc.packages = loader_packages(ctx, values)
         common.place_rank(ctx, topo, hp, svc, node, ea)
         if is_head and topo.mode == "dp":
             svc.ports.append({"port": v["llmb_dp_rpc_port"], "purpose": "dp-rpc"})
@@ -258,3 +259,13 @@ def services(ctx: Context, topo: Topology, ea: EngineArgs) -> list[HostPlan]:
                 svc.stop_argv = containers.exec_stop_argv(svc.name, ray_name)
         plans.append(hp)
     return plans
+
+
+def loader_packages(ctx: Context, values: dict[str, Any]) -> list[str]:
+    """The package a host install needs for the chosen --load-format (data/engines/hand/vllm.yml
+    load_format_packages); [] in a container (the image is what it is) or for a built-in loader."""
+    if ctx.v["llmb_install"] == "container":
+        return []
+    table = overlay_for(ctx.data, ctx.engine, ctx.version).get("load_format_packages") or {}
+    package = table.get(str(values.get("--load-format")))
+    return [str(package)] if package else []
