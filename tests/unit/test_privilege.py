@@ -27,6 +27,8 @@ BECOME_PLAYS = {
     ("playbooks/serve.yml", "Serve the model"),
     # the SSH mesh mpirun uses is root's (/etc/llmb/ssh-mesh, 0700): the fabric tests, nothing else of verify
     ("playbooks/verify.yml", FABRIC_PLAY),
+    # day two (docs/day-two.md): status reads root's units and docker; stop/start drive the units
+    ("playbooks/status.yml", "Status of every node's planned services"),
 }
 TASK_LISTS = ("tasks", "pre_tasks", "post_tasks", "handlers", "block", "rescue", "always")
 

@@ -1,0 +1,86 @@
+"""The console's day-two commands (issue 27): status, stop, start, collect (docs/day-two.md).
+
+    llmb status -i INV [--json]               playbooks/status.yml: what runs against the plan and the lock
+    llmb stop -i INV [--group G]              playbooks/stop.yml: reverse plan order, drained first
+    llmb start -i INV [--group G]             playbooks/start.yml: plan order, each level healthy
+    llmb collect -i INV [--limit HOSTS]       playbooks/collect.yml: a support bundle per host, one archive
+
+Each goes through ansible-runner like the other commands (cli.run_playbook: the live table, the
+run's environment without its secrets, the report of artifacts/<run-id>/). Exit status: 0 all as
+planned / done, 1 otherwise (drift, a service not healthy, a host that did not answer), 2 bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from .progress import FAILED, UNREACHABLE, Progress
+
+COMMANDS = ("status",)
+
+
+def add_parsers(sub) -> None:
+    sp = sub.add_parser("status", help="what runs on every node against the plan and the lock: playbooks/status.yml")
+    sp.add_argument("-i", "--inventory", required=True)
+    sp.add_argument("-e", "--extra-vars", action="append", default=[], metavar="NAME=VALUE")
+    sp.add_argument("--run-id", default=os.environ.get("LLMB_RUN_ID"))
+    sp.add_argument("--json", action="store_true", help="the status as JSON on stdout (the table goes to stderr)")
+
+
+def _errors(progress: Progress) -> dict[str, str]:
+    """host -> why it has no result (its failed or unreachable task), from the live table."""
+    out: dict[str, str] = {}
+    for (_stage, host), c in progress.cells.items():
+        if c.status in (FAILED, UNREACHABLE) and c.error:
+            out.setdefault(host, f"{c.status}: {c.error}")
+    return out
+
+
+def status(a: argparse.Namespace, cli) -> int:
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    from ..status import COLUMNS, SUMMARY, drift_lines, exit_status, rows, summarize
+    run_id = cli.new_run_id(a.run_id)
+    inv, extra = cli._inventory(a.inventory), cli._check_extra(a.extra_vars)
+    progress = Progress(command="status")
+    rc = cli.run_playbook("playbooks/status.yml", inv, extra, run_id, ["status"], f"llmb status {run_id}",
+                          quiet=a.json, progress=progress)
+    if rc == 2:
+        return 2
+    run_dir = cli.ROOT / "artifacts" / run_id
+    summary = summarize(run_dir, _errors(progress))
+    summary["run_id"] = run_id
+    (run_dir / SUMMARY).write_text(json.dumps(summary, indent=1, default=str) + "\n")
+    if a.json:
+        print(json.dumps(summary, indent=1, default=str))
+    else:
+        console = Console()
+        if not console.is_terminal:
+            console = Console(width=160)
+        t = Table(title=f"llmb status {run_id}: " + ("all as planned" if summary["ok"] else
+                                                     f"{len(summary['drift'])} drift"), title_justify="left")
+        for c in COLUMNS:
+            t.add_column(c)
+        for r in rows(summary):
+            t.add_row(*(Text(x) for x in r), style=None if r[-1] == "-" else "red")
+        console.print(t)
+        for h, rec in summary["hosts"].items():
+            if rec and rec.get("group_restarted"):
+                console.print(f"note: {h} (head) restarted the serving group at {rec['group_restarted']}", soft_wrap=True)
+        for line in drift_lines(summary):
+            console.print(Text(f"drift: {line}", style="red"), soft_wrap=True)
+        console.print(f"status:         {run_dir / SUMMARY}", soft_wrap=True)
+    return exit_status(summary)
+
+
+def main(a: argparse.Namespace, cli) -> int:
+    """Run day-two command ``a.cmd``; ``cli`` is the console module (run_playbook, the input checks)."""
+    if a.cmd == "status":
+        return status(a, cli)
+    print(f"llmb: {a.cmd}: not a day-two command", file=sys.stderr)
+    return 2
