@@ -62,7 +62,10 @@ def main():
     p = module.params
 
     def run(argv):
-        return module.run_command(argv)
+        try:
+            return module.run_command(argv, handle_exceptions=False)
+        except OSError as e:  # not there, not executable: a finding, not a module failure
+            return 127, "", f"{argv[0]}: {e}"
 
     observed = observe(run, p["services"], p["engine"], p["model"], p.get("api_key"), p["gpus"])
     drift = judge(p["services"], observed, p["engine"], p["model"])

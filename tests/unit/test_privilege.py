@@ -29,6 +29,7 @@ BECOME_PLAYS = {
     ("playbooks/verify.yml", FABRIC_PLAY),
     # day two (docs/day-two.md): status reads root's units and docker; stop/start drive the units
     ("playbooks/status.yml", "Status of every node's planned services"),
+    ("playbooks/collect.yml", "Collect each node's units, journals, engine and kernel logs and versions"),
 }
 TASK_LISTS = ("tasks", "pre_tasks", "post_tasks", "handlers", "block", "rescue", "always")
 

@@ -108,7 +108,8 @@ def new_run_id(value: str | None) -> str:
 
 
 def run_playbook(playbook: str, inventory: str, extra: list[str], run_id: str, expect: list[str] | None,
-                 title: str, quiet: bool = False, command: str | None = None, progress: Progress | None = None) -> int:
+                 title: str, quiet: bool = False, command: str | None = None, progress: Progress | None = None,
+                 options: list[str] | None = None) -> int:
     """Run one playbook of the repository through ansible-runner; live progress; the report."""
     try:
         import ansible_runner
@@ -124,6 +125,7 @@ def run_playbook(playbook: str, inventory: str, extra: list[str], run_id: str, e
     extra, secret_vars = runenv.split_extra(extra)
     for v in extra:
         argv += ["-e", v]
+    argv += options or []  # checked by the caller (llmb collect --limit)
     argv.append(playbook)  # after the options: scripts/llmb-playbook passes them all to ansible-playbook
     plain, secret = runenv.split(os.environ)
     channel = runenv.SecretChannel(secret, secret_vars)

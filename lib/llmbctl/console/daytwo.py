@@ -15,27 +15,46 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 
 from .progress import FAILED, UNREACHABLE, Progress
 
-COMMANDS = ("status",)
+COMMANDS = ("status", "collect")
+# an Ansible host pattern as --limit takes it: names, groups, globs, ranges, and , : ! & as separators
+_LIMIT = re.compile(r"^[A-Za-z0-9_.*\[\]:,!&-]{1,512}$")
+
+
+def _common(sp) -> None:
+    sp.add_argument("-i", "--inventory", required=True)
+    sp.add_argument("-e", "--extra-vars", action="append", default=[], metavar="NAME=VALUE")
+    sp.add_argument("--run-id", default=os.environ.get("LLMB_RUN_ID"))
 
 
 def add_parsers(sub) -> None:
     sp = sub.add_parser("status", help="what runs on every node against the plan and the lock: playbooks/status.yml")
-    sp.add_argument("-i", "--inventory", required=True)
-    sp.add_argument("-e", "--extra-vars", action="append", default=[], metavar="NAME=VALUE")
-    sp.add_argument("--run-id", default=os.environ.get("LLMB_RUN_ID"))
+    _common(sp)
     sp.add_argument("--json", action="store_true", help="the status as JSON on stdout (the table goes to stderr)")
+    sp = sub.add_parser("collect", help="a support bundle per host, one archive: playbooks/collect.yml")
+    _common(sp)
+    sp.add_argument("--limit", metavar="HOSTS", help="only these hosts (an Ansible host pattern: node1,node2)")
+
+
+def limit_option(value: str | None) -> list[str]:
+    """--limit HOSTS as ansible-playbook options; the controller (stage 0) always runs."""
+    if value is None:
+        return []
+    if not _LIMIT.match(value):
+        raise ValueError(f"--limit {value!r}: expected an Ansible host pattern (names, groups, globs; , : ! &)")
+    return ["--limit", f"{value},localhost"]
 
 
 def _errors(progress: Progress) -> dict[str, str]:
     """host -> why it has no result (its failed or unreachable task), from the live table."""
     out: dict[str, str] = {}
     for (_stage, host), c in progress.cells.items():
-        if c.status in (FAILED, UNREACHABLE) and c.error:
-            out.setdefault(host, f"{c.status}: {c.error}")
+        if c.status in (FAILED, UNREACHABLE):
+            out.setdefault(host, f"{c.status}: {c.error or c.task}")
     return out
 
 
@@ -78,9 +97,28 @@ def status(a: argparse.Namespace, cli) -> int:
     return exit_status(summary)
 
 
+def collect(a: argparse.Namespace, cli) -> int:
+    run_id = cli.new_run_id(a.run_id)
+    inv, extra = cli._inventory(a.inventory), cli._check_extra(a.extra_vars)
+    options = limit_option(a.limit)
+    progress = Progress(command="collect")
+    rc = cli.run_playbook("playbooks/collect.yml", inv, extra, run_id, ["collect"], f"llmb collect {run_id}",
+                          progress=progress, options=options)
+    archive = cli.ROOT / "artifacts" / run_id / f"llmb-collect-{run_id}.tar.gz"
+    if archive.is_file():
+        print(f"archive:        {archive}")
+    if rc == 2:
+        return 2
+    if a.limit:  # the report expects every planned host; the hosts asked for are what counts here
+        return 0 if archive.is_file() and not _errors(progress) else 1
+    return rc if archive.is_file() else 1
+
+
 def main(a: argparse.Namespace, cli) -> int:
     """Run day-two command ``a.cmd``; ``cli`` is the console module (run_playbook, the input checks)."""
     if a.cmd == "status":
         return status(a, cli)
+    if a.cmd == "collect":
+        return collect(a, cli)
     print(f"llmb: {a.cmd}: not a day-two command", file=sys.stderr)
     return 2
