@@ -20,7 +20,7 @@ import sys
 
 from .progress import FAILED, UNREACHABLE, Progress
 
-COMMANDS = ("status", "collect")
+COMMANDS = ("status", "stop", "start", "collect")
 # an Ansible host pattern as --limit takes it: names, groups, globs, ranges, and , : ! & as separators
 _LIMIT = re.compile(r"^[A-Za-z0-9_.*\[\]:,!&-]{1,512}$")
 
@@ -35,6 +35,11 @@ def add_parsers(sub) -> None:
     sp = sub.add_parser("status", help="what runs on every node against the plan and the lock: playbooks/status.yml")
     _common(sp)
     sp.add_argument("--json", action="store_true", help="the status as JSON on stdout (the table goes to stderr)")
+    for name, helptext in (("stop", "stop the planned services in reverse plan order, drained first: playbooks/stop.yml"),
+                           ("start", "start the planned services in plan order, with health: playbooks/start.yml")):
+        sp = sub.add_parser(name, help=helptext)
+        _common(sp)
+        sp.add_argument("--group", metavar="G", help="only the hosts of inventory group G (a whole serving group)")
     sp = sub.add_parser("collect", help="a support bundle per host, one archive: playbooks/collect.yml")
     _common(sp)
     sp.add_argument("--limit", metavar="HOSTS", help="only these hosts (an Ansible host pattern: node1,node2)")
@@ -114,11 +119,45 @@ def collect(a: argparse.Namespace, cli) -> int:
     return rc if archive.is_file() else 1
 
 
+def inventory_groups(inventory: str) -> list[str]:
+    """The inventory's group names (Ansible's own reader; no host contacted)."""
+    from ansible.inventory.manager import InventoryManager
+    from ansible.parsing.dataloader import DataLoader
+
+    return sorted(InventoryManager(loader=DataLoader(), sources=[inventory]).groups)
+
+
+def group_option(inventory: str, group: str | None) -> list[str]:
+    if group is None:
+        return []
+    groups = inventory_groups(inventory)
+    if group not in groups:
+        raise ValueError(f"--group {group!r}: no such group in {inventory} (its groups: {', '.join(groups)})")
+    return ["--limit", f"{group},localhost"]
+
+
+def stop_start(a: argparse.Namespace, cli) -> int:
+    run_id = cli.new_run_id(a.run_id)
+    inv, extra = cli._inventory(a.inventory), cli._check_extra(a.extra_vars)
+    options = group_option(inv, a.group)
+    progress = Progress(command=a.cmd)
+    title = f"llmb {a.cmd}{' --group ' + a.group if a.group else ''} {run_id}"
+    rc = cli.run_playbook(f"playbooks/{a.cmd}.yml", inv, extra, run_id, [a.cmd], title, progress=progress,
+                          options=options)
+    if rc == 2 or not a.group:
+        return rc
+    # the report expects every planned host; with --group the group's hosts are what counts
+    done = {p.stem for p in (cli.ROOT / "artifacts" / run_id / a.cmd).glob("*.json")}
+    return 0 if done and not _errors(progress) else 1
+
+
 def main(a: argparse.Namespace, cli) -> int:
     """Run day-two command ``a.cmd``; ``cli`` is the console module (run_playbook, the input checks)."""
     if a.cmd == "status":
         return status(a, cli)
     if a.cmd == "collect":
         return collect(a, cli)
+    if a.cmd in ("stop", "start"):
+        return stop_start(a, cli)
     print(f"llmb: {a.cmd}: not a day-two command", file=sys.stderr)
     return 2
