@@ -87,3 +87,41 @@ def test_status_names_a_killed_service_and_a_hand_edited_unit(cluster):
     again, _ = status(cluster, "--json")
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     assert json.loads(again.stdout)["drift"] == []
+
+
+def test_stop_then_start_in_plan_order(cluster):
+    """`llmb stop`: every planned unit inactive, in reverse plan order (the API before the Ray head
+    and workers), and no group restart brings them back; status names each one (exit 1). `llmb
+    start`: plan order, each level ready, health; status exits 0."""
+    dep = json.loads((ROOT / "artifacts" / up(cluster) / "deployment.json").read_text())
+    planned = {h: [s["name"] for s in (d["plan"] or {}).get("services") or []] for h, d in dep["hosts"].items()}
+    run_id = f"daytwo-stop-{int(time.time() * 1000)}"
+    stop = llmb(cluster, "stop", "-i", str(cluster.inventory), "--run-id", run_id, timeout=900)
+    assert stop.returncode == 0, stop.stdout[-3000:] + stop.stderr[-3000:]
+    # the order: each unit's last stop in the journal, the API server's before the Ray units'
+    stopped_at = {}
+    for host, names in planned.items():
+        for name in names:
+            state = cluster.node(host, "systemctl", "show", name, "-p", "ActiveState,InactiveEnterTimestampMonotonic")
+            props = dict(line.split("=", 1) for line in state.stdout.splitlines() if "=" in line)
+            assert props["ActiveState"] == "inactive", (host, name, props)
+            stopped_at[(host, name)] = int(props["InactiveEnterTimestampMonotonic"])
+    api = next((h, s["name"]) for h, d in dep["hosts"].items() for s in d["plan"]["services"] if s["role"] == "api")
+    head_ray = next((h, s["name"]) for h, d in dep["hosts"].items() for s in d["plan"]["services"] if s["role"] == "ray-head")
+    assert api[0] == head_ray[0] and stopped_at[api] < stopped_at[head_ray]  # same host: one monotonic clock
+    time.sleep(15)  # a group restart would have begun by now
+    bad, bad_id = status(cluster)
+    assert bad.returncode == 1, bad.stdout[-3000:]
+    drift = json.loads((ROOT / "artifacts" / bad_id / "status.json").read_text())["drift"]
+    assert sorted((d["host"], d["service"]) for d in drift if d["check"] == "state") == \
+        sorted((h, n) for h, names in planned.items() for n in names), drift
+    start = llmb(cluster, "start", "-i", str(cluster.inventory), "--run-id", f"daytwo-start-{int(time.time() * 1000)}",
+                 timeout=1200)
+    assert start.returncode == 0, start.stdout[-3000:] + start.stderr[-3000:]
+    again, _ = status(cluster, "--json")
+    assert again.returncode == 0 and json.loads(again.stdout)["drift"] == [], again.stdout[-3000:]
+
+
+def test_bad_group_is_refused_with_exit_2(cluster):
+    res = llmb(cluster, "stop", "-i", str(cluster.inventory), "--group", "no_such_group", timeout=120)
+    assert res.returncode == 2 and "--group 'no_such_group': no such group" in res.stderr, res.stderr[-2000:]
