@@ -326,6 +326,23 @@ def test_llmb_stop_drains_the_decode_group_under_load(cluster, pd):
         print(f"\n[pd stop under load] {len(results)} requests: {ok} ok, {len(broken)} failed in flight, "
               f"{len(refused)} refused after the decode group left rotation; drain {rec['drained']}")
         assert ok > 0 and broken == [], broken[:5]
+        # the same without the drain (systemctl stop, as a plain stop would), for comparison: printed
+        start_decode("1")
+        results.clear()
+        done.clear()
+        threads = [threading.Thread(target=client, daemon=True) for _ in range(8)]
+        for t in threads:
+            t.start()
+        time.sleep(3)
+        cluster.node("node2", "systemctl", "stop", decode["name"], check=False)
+        time.sleep(5)
+        done.set()
+        for t in threads:
+            t.join(60)
+        plain_ok = sum(1 for st, _ in results if st == 200)
+        plain_bad = [(st, b) for st, b in results if st != 200]
+        print(f"[pd stop without a drain] {len(results)} requests: {plain_ok} ok, {len(plain_bad)} failed "
+              f"({sorted({b[:90] for _, b in plain_bad})[:3]})")
     finally:
         start_decode("0")
 
