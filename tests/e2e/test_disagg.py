@@ -289,6 +289,11 @@ def test_llmb_stop_drains_the_decode_group_under_load(cluster, pd):
         while chat(router["api"]["base_url"], model)[0] != 200 and time.monotonic() < deadline:
             time.sleep(1)
 
+    def refused_by_router(status: int, body: str) -> bool:
+        """The router's own 503 when it has no prefill/decode pair to send a request to (sglang-router
+        0.3.2: code server_selection_failed): a request refused, not one broken in flight."""
+        return status == 503 and ("server_selection_failed" in body or "decode" in body.lower())
+
     start_decode("1")
     results: list[tuple[int, str]] = []
     done = threading.Event()
@@ -299,7 +304,7 @@ def test_llmb_stop_drains_the_decode_group_under_load(cluster, pd):
                 status, body = chat(router["api"]["base_url"], model)
             except (urllib.error.URLError, OSError) as exc:  # a connection broken in flight
                 status, body = 0, {"error": str(exc)}
-            results.append((status, json.dumps(body)[:200]))
+            results.append((status, json.dumps(body)[:600]))
 
     threads = [threading.Thread(target=client, daemon=True) for _ in range(8)]
     for t in threads:
@@ -321,8 +326,8 @@ def test_llmb_stop_drains_the_decode_group_under_load(cluster, pd):
         assert [d[0] for d in rec["drained"]] == [worker], rec
         assert cluster.node("node2", "systemctl", "is-active", decode["name"], check=False).stdout.strip() != "active"
         ok = sum(1 for st, _ in results if st == 200)
-        refused = [b for st, b in results if st == 503 and "decode" in b.lower()]
-        broken = [(st, b) for st, b in results if st != 200 and not (st == 503 and "decode" in b.lower())]
+        refused = [b for st, b in results if refused_by_router(st, b)]
+        broken = [(st, b) for st, b in results if st != 200 and not refused_by_router(st, b)]
         print(f"\n[pd stop under load] {len(results)} requests: {ok} ok, {len(broken)} failed in flight, "
               f"{len(refused)} refused after the decode group left rotation; drain {rec['drained']}")
         assert ok > 0 and broken == [], broken[:5]
@@ -340,8 +345,8 @@ def test_llmb_stop_drains_the_decode_group_under_load(cluster, pd):
         for t in threads:
             t.join(60)
         plain_ok = sum(1 for st, _ in results if st == 200)
-        plain_refused = [b for st, b in results if st == 503 and "decode" in b.lower()]
-        plain_broken = [(st, b) for st, b in results if st != 200 and not (st == 503 and "decode" in b.lower())]
+        plain_refused = [b for st, b in results if refused_by_router(st, b)]
+        plain_broken = [(st, b) for st, b in results if st != 200 and not refused_by_router(st, b)]
         print(f"[pd stop without a drain] {len(results)} requests: {plain_ok} ok, {len(plain_broken)} failed in "
               f"flight {sorted({f'{st} {b[:80]}' for st, b in plain_broken})[:3]}, {len(plain_refused)} refused after")
     finally:
