@@ -436,7 +436,8 @@ def engine_errors(doc: Any) -> list[str]:
 # --tensor-parallel-size is written --tp-size, as the recipes do); both are the same parser action.
 OVERLAY_KEYS = ("images", "image_suffix_by_platform", "supports_model_types", "planner_owned", "renamed",
                 "defaults", "config_checks", "versions", "source", "spelling", "requirements", "api_key_env",
-                "pd_router", "optimize_rules", "parsers", "transfer_packages")
+                "pd_router", "optimize_rules", "parsers", "transfer_packages", "env_renamed",
+                "packages")
 
 
 def overlay_errors(doc: Any, generated: bool = False) -> list[str]:
@@ -458,6 +459,12 @@ def overlay_errors(doc: Any, generated: bool = False) -> list[str]:
     for old, rec in renamed.items():
         if not isinstance(rec, dict) or "to" not in rec or not rec.get("source"):
             errs.append(f"renamed.{old} must be a mapping with 'to' (a flag or null) and 'source'")
+    env_renamed = _typecheck(doc, "env_renamed", dict, errs, required=False) or {}
+    for var, rec in env_renamed.items():  # an environment variable a release reads as a flag instead
+        if not isinstance(rec, dict) or not str(rec.get("to") or "").startswith("--") or not rec.get("since") \
+                or not rec.get("source"):
+            errs.append(f"env_renamed.{var} must be a mapping with 'to' (the flag), 'since' (the first release "
+                        "without the variable) and 'source'")
     # parsers: only for a release whose registries its walk could not read (TensorRT-LLM in source
     # mode), with their source; a generated set's own 'parsers' always win (planner.flags)
     hand_parsers = {} if generated else (_typecheck(doc, "parsers", dict, errs, required=False) or {})

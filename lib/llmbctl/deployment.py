@@ -17,9 +17,11 @@ The document (key order fixed, JSON-ready):
     dirs          node directory layout (llmbctl.layout)
     ports         {api, ray, ray_dashboard, dp_rpc, sglang_dist, vllm_master, sshd}
     start_levels  the plan's start orders, ascending
-    hosts         {name: {address, rank, config_patches, packages, plan}}, plan = the launch-plan entry;
-                  packages = the pinned requirements its services run beside the engine (the
-                  engine stage installs them with it: engine_host)
+    hosts         {name: {address, rank, config_patches, packages, plan[, control]}}, plan = the
+                  launch-plan entry; packages = the pinned requirements its services run beside the
+                  engine (the engine stage installs them with it: engine_host); control: true on a
+                  host outside accel_nodes that runs the PD router only (engine stage: its packages
+                  alone; serve, bench and accuracy run there; verify, weights, ssh_mesh do not)
     hash          sha256 of the canonical JSON of everything but run and hash
 
 An inventory that cannot be planned (a verify-only inventory, say) still gives a document: the
@@ -209,6 +211,8 @@ def resolve(
                 "packages": list(dict.fromkeys(p for s in entry.get("services") or [] for p in s.get("packages") or [])),
                 "plan": entry,
             }
+            if entry.get("control"):  # a control node (the PD router's): no engine, no accelerators
+                hosts[entry["host"]]["control"] = True
     else:
         for rank, name in enumerate(str(h) for h in groups.get(GROUP) or []):
             hv = hostvars[name] if name in hostvars else None

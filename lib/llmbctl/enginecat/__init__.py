@@ -53,6 +53,8 @@ class EngineSpec:
     note: str = ""
     # False: the package index holds no installable release (a stub, another package): source mode only
     on_index: bool = True
+    # what `uv pip install` is given instead of <dist>==<version> ({version} filled in): an extra
+    install: str | None = None
 
 
 ENGINES: dict[str, EngineSpec] = {
@@ -77,8 +79,47 @@ ENGINES: dict[str, EngineSpec] = {
              "the parser walked is the paired vLLM release's with the plugin's entry points off (VLLM_PLUGINS), "
              "the load error recorded under 'plugin'; what the plugin changes at platform load is then not in "
              "this file"),
+    # the prefill/decode routers the SGLang plans start (hand/sglang.yml pd_router): their own parsers
+    "sglang-router": EngineSpec(
+        "sglang-router", "sglang-router", "sglang-router", "python -m sglang_router.launch_router",
+        ("python", "-m", "sglang_router.launch_router"),
+        note="SGLang's PD router package; the parser walked is the one its launch_router.parse_router_args builds "
+             "(RouterArgs.add_cli_args), which the check also runs on each planned router argv"),
+    "smg": EngineSpec(
+        "smg", "smg", "smg", "python -m smg.launch_router", ("python", "-m", "smg.launch_router"),
+        note="the successor of sglang-router (Shepherd Model Gateway); walked as sglang-router"),
 }
 DIST_TO_ENGINE = {s.dist: s.engine for s in ENGINES.values()}
+
+# Releases of an engine that another program launches: (first release, its spec), oldest first.
+# KTransformers from 0.5 is the kt-kernel CPU-expert library under SGLang's server (the package index's
+# ktransformers 0.7.2 holds no ktransformers/server, only a module and `Requires-Dist: kt-kernel==0.7.2`,
+# `sglang-kt==0.7.2; extra == "sglang"`): its CLI is `python -m sglang.launch_server` of sglang-kt (an
+# SGLang fork that adds the --kt-* options), walked as SGLang's (ServerArgs.add_cli_args).
+RELEASE_FORMS: dict[str, tuple[tuple[str, EngineSpec], ...]] = {
+    "ktransformers": (
+        ("0.5", EngineSpec(
+            "ktransformers", "ktransformers", "sglang", "python -m sglang.launch_server",
+            ("python", "-m", "sglang.launch_server"), python="3.12", install="ktransformers[sglang]=={version}",
+            note="KTransformers 0.5+ runs inside SGLang: ktransformers[sglang] from the package index installs "
+                 "kt-kernel and sglang-kt of the same version; the parser walked is sglang-kt's "
+                 "`python -m sglang.launch_server` (ServerArgs.add_cli_args) with its --kt-* options")),
+    ),
+}
+
+
+def release_spec(eng: EngineSpec, version: str) -> EngineSpec:
+    """The spec of one release: the newest RELEASE_FORMS entry at or before ``version``, else ``eng``."""
+    chosen = eng
+    for since, spec in RELEASE_FORMS.get(eng.engine, ()):
+        if version_key(version) >= version_key(since):
+            chosen = spec
+    return chosen
+
+
+def spec_of(engine: str, version: str) -> EngineSpec:
+    """ENGINES[engine] as the release ``version`` is installed, walked and launched."""
+    return release_spec(ENGINES[engine], version)
 
 _SPEC = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([0-9][0-9A-Za-z.+-]*)$")
 
@@ -95,20 +136,27 @@ def parse_spec(spec: str) -> tuple[EngineSpec, str]:
     eng = ENGINES.get(name) or ENGINES.get(DIST_TO_ENGINE.get(name, ""))
     if eng is None:
         raise ExtractError(f"release {spec!r}: unknown engine {name!r}; known: {', '.join(sorted(ENGINES))}")
-    return eng, version
+    return release_spec(eng, version), version
 
 
 # ----------------------------------------------------------------------------- doc building
 
 
 def _canonical(opt: dict) -> str:
-    strings = [s for s in opt["option_strings"] if s not in opt.get("secondary_opts", [])]
+    strings = [s for s in opt["option_strings"] if s not in opt.get("secondary_opts", [])
+               and s not in opt.get("negative_option_strings", [])]
     dashed = "--" + str(opt.get("dest", "")).replace("_", "-")
     if dashed in strings:
         return dashed
     longs = [s for s in strings if s.startswith("--") and not (
         opt["action"] == "BooleanOptionalAction" and s.startswith("--no-"))]
     return (longs or strings or opt["option_strings"])[0]
+
+
+# argparse actions that take --x and a negation: BooleanOptionalAction (--no-x) and vLLM 0.33's
+# EnableDisableAction (--enable-x / --disable-x, --no-enable-x hidden): the action records which
+# strings negate (negative_option_strings)
+BOOL_ACTIONS = ("BooleanOptionalAction", "EnableDisableAction")
 
 
 def _kind(opt: dict) -> str:
@@ -122,7 +170,7 @@ def _kind(opt: dict) -> str:
         if isinstance(nargs, int) and nargs > 1:
             return "list"
         return {"integer": "int", "float": "float"}.get(str(opt.get("type")), "str")
-    if action == "BooleanOptionalAction":
+    if action in BOOL_ACTIONS:
         return "bool"
     if action in ("_HelpAction", "_VersionAction") and nargs != "?":
         return "flag"
@@ -164,10 +212,14 @@ def flags_from_options(options: list[dict]) -> tuple[dict[str, dict[str, Any]], 
         canon = _canonical(opt)
         kind = _kind(opt)
         strings.update(opt["option_strings"])
+        hidden = list(opt.get("hidden_option_strings") or [])
+        strings.update(hidden)
         negs: list[str] = []
         if kind == "bool":
             if opt["action"].startswith("click."):
                 negs = list(opt.get("secondary_opts") or [])
+            elif "negative_option_strings" in opt:
+                negs = [s for s in opt["option_strings"] if s in opt["negative_option_strings"]]
             else:
                 negs = [s for s in opt["option_strings"] if s.startswith("--no-") and s != canon]
         aliases = sorted(s for s in opt["option_strings"] if s != canon and s not in negs)
@@ -176,6 +228,12 @@ def flags_from_options(options: list[dict]) -> tuple[dict[str, dict[str, Any]], 
             spec["aliases"] = aliases
         if negs:
             spec["negation"] = sorted(negs)
+        if hidden:  # accepted, out of the help: negations where the action says so, else aliases
+            neg_hidden = sorted(s for s in hidden if s in (opt.get("negative_option_strings") or []))
+            if neg_hidden:
+                spec["negation_hidden"] = neg_hidden
+            if sorted(set(hidden) - set(neg_hidden)):
+                spec["aliases_hidden"] = sorted(set(hidden) - set(neg_hidden))
         for key in ("nargs", "choices", "default", "const"):
             if opt.get(key) is not None:
                 spec[key] = opt[key]
@@ -201,7 +259,7 @@ def build_doc(raw: dict, eng: EngineSpec, version: str, requirements: dict[str, 
               generator: dict[str, Any]) -> dict[str, Any]:
     flags, count = flags_from_options(raw["options"])
     strings = {s for o in raw["options"] if o["action"] not in ("_HelpAction", "_VersionAction")
-               for s in o["option_strings"]}
+               for s in [*o["option_strings"], *(o.get("hidden_option_strings") or [])]}
     pos = raw.get("positionals") or []
     positional = None
     if pos:
@@ -330,9 +388,10 @@ def make_venv(eng: EngineSpec, version: str, work: Path, log=print) -> Path:
     log(f"venv {venv} (python {eng.python})")
     _run([uv, "venv", "-q", "--python", _python(eng.python), str(venv)], env, "uv venv")
     py = str(venv / "bin" / "python")
-    log(f"installing {base.dist}=={base_version} (uv pip install)")
-    _run([uv, "pip", "install", "-q", "--python", py, f"{base.dist}=={base_version}", *base.extra], env,
-         f"uv pip install {base.dist}=={base_version}")
+    log(f"installing {base.install.format(version=base_version) if base.install else base.dist + '==' + base_version}"
+        " (uv pip install)")
+    want = base.install.format(version=base_version) if base.install else f"{base.dist}=={base_version}"
+    _run([uv, "pip", "install", "-q", "--python", py, want, *base.extra], env, f"uv pip install {want}")
     if base is not eng:
         log(f"installing {eng.dist}=={version} without its dependencies (uv pip install --no-deps)")
         _run([uv, "pip", "install", "-q", "--python", py, "--no-deps", f"{eng.dist}=={version}"], env,
@@ -390,7 +449,7 @@ def paired(eng: EngineSpec, version: str) -> tuple[EngineSpec, str]:
     """The release actually installed: the base engine's for a platform plugin (0.20.2rc1 -> 0.20.2)."""
     if not eng.pairs_with:
         return eng, version
-    return ENGINES[eng.pairs_with], re.sub(r"(rc|a|b)\d+$", "", version)
+    return ENGINES[eng.pairs_with], re.sub(r"(rc|a|b)\d+$|\.post\d+$", "", version)
 
 
 # Provenance that the walk cannot tell, written into the generated file's generator block.
@@ -506,6 +565,9 @@ def extract(spec: str, out_dir: Path, log=print, venv: Path | None = None, sourc
         raw, reqs = extract_raw(eng, version, venv=venv, log=log)
         method = "installed from the package index; parser walked in the release's own venv"
         release = f"{base.dist}=={base_version}"
+        if base.install:  # another program's parser (KTransformers 0.5+: SGLang's)
+            release = base.install.format(version=base_version)
+            method += f": {base.note}"
     if base is not eng:
         release = f"{eng.dist}=={version} with {base.dist}=={base_version}"
         method = f"both installed from the package index into one venv: {eng.note}"
@@ -527,18 +589,17 @@ def extract(spec: str, out_dir: Path, log=print, venv: Path | None = None, sourc
 
 
 def diff_sets(old: dict, new: dict) -> dict[str, list[str]]:
-    """Option strings removed and added between two generated sets."""
+    """Option strings removed and added between two generated sets (the hidden ones included: a
+    string the parser still accepts is not removed), and those the newer set hides from its help."""
+    from ..engines.registry import option_strings
 
-    def strings(doc: dict) -> set[str]:
-        out = set()
-        for canon, spec in doc.get("flags", {}).items():
-            out.add(canon)
-            out.update(spec.get("aliases", []))
-            out.update(spec.get("negation", []))
-        return out
-
-    a, b = strings(old), strings(new)
-    return {"removed": sorted(a - b), "added": sorted(b - a)}
+    a, b = option_strings(old), option_strings(new)
+    hidden = {s for spec in new.get("flags", {}).values()
+              for s in [*spec.get("aliases_hidden", []), *spec.get("negation_hidden", [])]}
+    out = {"removed": sorted(a - b), "added": sorted(b - a)}
+    if hidden:
+        out["hidden"] = sorted(hidden)
+    return out
 
 
 def shipped(cat: Any) -> dict[str, list[str]]:

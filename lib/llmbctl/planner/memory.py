@@ -437,10 +437,11 @@ def _fix(total: float, usable_per_device: float, per_node: int, len_flag: str | 
             "raise llmb_tensor_parallel or llmb_pipeline_parallel"
         )
     else:
-        text = "use devices with more memory"
+        text = "use devices with more memory (another llmb_platform)"
     if len_flag:
-        text += f", or lower {len_flag.lstrip('-')} / use an FP8 KV cache"
-    return text + ", or raise the memory fraction, or choose a smaller checkpoint"
+        text += f", or lower {len_flag.lstrip('-')} in llmb_engine_args / use an FP8 KV cache"
+    return text + (", or raise the memory fraction (--gpu-memory-utilization / --mem-fraction-static in "
+                   "llmb_engine_args), or choose a smaller checkpoint (llmb_model)")
 
 
 def estimate_plan(

@@ -143,7 +143,8 @@ def _check_dp_ranks(ctx: Context, topo: Topology) -> list[Problem]:
         problems.append(_parallelism(
             f"each node would need TP x PP x DP-local = {topo.tp} x {topo.pp} x {dp_local} = "
             f"{topo.per_node} devices; {ctx.platform.name} has {dev}",
-            f"TP {topo.tp}, PP {topo.pp}, DP {dp} over {n} nodes", "lower TP or DP, or add nodes",
+            f"TP {topo.tp}, PP {topo.pp}, DP {dp} over {n} nodes",
+            "lower llmb_tensor_parallel or llmb_data_parallel, or add nodes to accel_nodes",
             f"TP x PP x DP-local <= {dev}"))
     return problems
 
@@ -162,7 +163,8 @@ def _check_whole_nodes(ctx: Context, topo: Topology) -> list[Problem]:
     if world > dev and world % dev != 0:
         problems.append(_parallelism(
             f"TP x PP = {world} does not fill whole nodes of {dev} devices", f"TP {tp} x PP {pp}",
-            "choose TP x PP as a multiple of the devices per node", f"a multiple of {dev}"))
+            f"set llmb_tensor_parallel x llmb_pipeline_parallel to a multiple of {dev} (the devices per node)",
+            f"a multiple of {dev}"))
     return problems
 
 
@@ -176,7 +178,8 @@ def _check_even_split(ctx: Context, topo: Topology) -> list[Problem]:
             f"TP x PP = {world} devices cannot be split evenly over {n} nodes of {dev}",
             found=f"TP {topo.tp} x PP {topo.pp} over {n} hosts",
             expected=f"TP x PP = a multiple of {n}, at most {n * dev}",
-            fix="choose TP so that every node runs the same number of ranks",
+            fix=f"set llmb_tensor_parallel (x llmb_pipeline_parallel) to a multiple of {n}, at most {n * dev}, "
+            "so that every node runs the same number of ranks",
         )
     ]
 
@@ -244,7 +247,8 @@ def check_model(ctx: Context, engine_args: dict[str, Any]) -> list[Problem]:
                 found=f"model_type {facts.get('model_type')!r}"
                 + (" (after the profile's patches)" if patches else ", no config patch for this engine"),
                 expected=" | ".join(fs.supports_model_types),
-                fix=f"add to data/models/{ctx.model_name}.yml config_patches.{ctx.engine}: "
+                fix=f"set llmb_engine / llmb_engine_version to a release that knows it, or add to "
+                f"data/models/{ctx.model_name}.yml config_patches.{ctx.engine}: "
                 "[{path: model_type, value: deepseek_v3, expect: kimi_k2}] (seed 004 workaround)",
             )
         )
@@ -259,7 +263,8 @@ def check_model(ctx: Context, engine_args: dict[str, Any]) -> list[Problem]:
                     "model-config",
                     f"{ctx.engine} rejects {ctx.model_name}'s config.json: {check['error']}",
                     found=f"{check['path']} = {value!r}",
-                    fix=f"add the patch under config_patches.{ctx.engine} in data/models/{ctx.model_name}.yml",
+                    fix=f"add the patch under config_patches.{ctx.engine} in data/models/{ctx.model_name}.yml, "
+                    "or set llmb_engine_version to a release that accepts it",
                 )
             )
     for flag, kind in (
@@ -276,7 +281,8 @@ def check_model(ctx: Context, engine_args: dict[str, Any]) -> list[Problem]:
                     f"{flag} {value} is not a parser of {ctx.engine} {ctx.version}",
                     found=value,
                     expected=" | ".join(known) or "(none: this release has no such parser)",
-                    fix=f"drop {flag} for {ctx.engine} in the model profile or engine args",
+                    fix=f"set {flag.lstrip('-')} in llmb_engine_args to one of the release's parsers, or drop it "
+                    f"for {ctx.engine} in the model profile",
                 )
             )
     return problems
@@ -352,8 +358,9 @@ def check_model_limits(ctx: Context, topo: Topology, engine_args: dict[str, Any]
                     found=f"EP {ep}, {physical} experts",
                     expected=f"an EP size dividing {physical}, or --ep-num-redundant-experts making "
                     f"{experts} + redundant a multiple of {ep}",
-                    fix="set ep-num-redundant-experts in the engine args so that routed + redundant is a multiple "
-                    f"of {ep} (e.g. {(-experts) % ep}), or change the EP size",
+                    fix="set ep-num-redundant-experts in llmb_engine_args (or the group's engine_args under "
+                    f"llmb_disaggregation) so that routed + redundant is a multiple of {ep} (e.g. {(-experts) % ep}), "
+                    "or change the EP size (llmb_expert_parallel_size, --ep-size)",
                 )
             )
     heads = model.get("num_attention_heads")
@@ -419,7 +426,7 @@ def check_ports(ctx: Context, plans: list[HostPlan]) -> list[Problem]:
                             f"port of {what} is out of range",
                             found=port,
                             expected="1-65535",
-                            fix="choose a port between 1024 and 65535",
+                            fix=f"choose a port between 1024 and 65535 ({_port_knobs(ctx)})",
                             host=hp.host,
                         )
                     )

@@ -130,13 +130,12 @@ def engine_args(ctx: Context, topo: Topology) -> tuple[EngineArgs, list[Problem]
 
 
 def _ray_flagset(data: Catalog) -> FlagSet:
-    for name in data.flagset_names():
-        doc = data.flagset_doc(name)
-        if doc and doc.get("engine") == "ray":
-            fs = load_flagset(data, "ray", str(doc["version"]))
-            if fs is not None:
-                return fs
-    raise ValueError("no data/engines/ray-<version>.yml: cannot plan a Ray cluster")
+    """The newest shipped Ray release's set (the one `make engine-check` parses the `ray start` argv with)."""
+    version = data.newest_version("ray")
+    fs = load_flagset(data, "ray", version) if version else None
+    if fs is None:
+        raise ValueError("no data/engines/ray-<version>.yml: cannot plan a Ray cluster")
+    return fs
 
 
 def _ray_argv(ctx: Context, fs: FlagSet, node: Node, head: Node, exe: str) -> list[str]:
