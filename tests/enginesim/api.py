@@ -20,7 +20,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from . import gsm8k, kimiformat
-from .runtime import Log, serve_in_thread, wait_for_signal
+from .runtime import Log, request_seconds, serve_in_thread, wait_for_signal
 
 
 @dataclass
@@ -340,6 +340,8 @@ class ApiServer:
                 try:
                     if outer.cfg.pd is not None and self.path in ("/v1/chat/completions", "/v1/completions"):
                         outer.cfg.pd.before_chat(req)
+                    if self.path in ("/v1/chat/completions", "/v1/completions") and request_seconds() > 0:
+                        time.sleep(request_seconds())  # generating
                     if self.path == "/v1/chat/completions":
                         resp = chat_completion(outer.cfg, req)
                         if req.get("stream"):

@@ -47,6 +47,12 @@ def load_seconds() -> float:
     return env_float("LLMB_ENGINESIM_LOAD_SECONDS", 1.0)
 
 
+def request_seconds() -> float:
+    """How long each completion takes (default 0): requests that are in flight long enough for a
+    drain to matter (llmb stop under a bench)."""
+    return env_float("LLMB_ENGINESIM_REQUEST_SECONDS", 0.0)
+
+
 def connect_timeout() -> float:
     return env_float("LLMB_ENGINESIM_CONNECT_TIMEOUT", 30.0)
 

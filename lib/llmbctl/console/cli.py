@@ -34,7 +34,7 @@ from llmb.stages import BY_NAME
 from llmbctl import REPO_ROOT
 
 from ..lockhistory import HistoryError
-from . import runenv, upgrade
+from . import daytwo, runenv, upgrade
 from .progress import FAILED, OK, RUNNING, UNREACHABLE, Progress
 
 ROOT = Path(os.environ.get("LLMB_ROOT") or REPO_ROOT)
@@ -102,14 +102,23 @@ def _inventory(value: str) -> str:
     return str(path.resolve())
 
 
+def new_run_id(value: str | None) -> str:
+    """--run-id / LLMB_RUN_ID, checked; else the UTC time."""
+    run_id = value or _dt.datetime.now(_dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+    if not _RUN_ID.match(run_id):
+        raise UsageError(f"--run-id / LLMB_RUN_ID {run_id!r}: letters, digits and . _ + : - only")
+    return run_id
+
+
 def run_playbook(playbook: str | list[str], inventory: str, extra: list[str], run_id: str, expect: list[str] | None,
                  title: str, quiet: bool = False, options: list[str] | None = None, ident: str | None = None,
-                 report: bool = True) -> int:
+                 report: bool = True, command: str | None = None, progress: Progress | None = None) -> int:
     """Run playbooks of the repository through ansible-runner; live progress; the report.
 
-    options: more ansible-playbook options (--check, --limit); ident: the runner's name for this
-    call (several calls of one run: artifacts/<run>/runner/artifacts/<ident>); report: False for a
-    step of a longer run (exit status from Ansible alone, the report comes at the end)."""
+    options: more ansible-playbook options (--check, --limit; checked by the caller); ident: the
+    runner's name for this call (several calls of one run: artifacts/<run>/runner/artifacts/<ident>);
+    report: False for a step of a longer run (exit status from Ansible alone, the report comes at the
+    end); command: the day-two command's column in the live table; progress: a table to draw into."""
     ident = ident or run_id
     try:
         import ansible_runner
@@ -132,8 +141,8 @@ def run_playbook(playbook: str | list[str], inventory: str, extra: list[str], ru
     env = {"LLMB_RUN_ID": run_id, "LLMB_ARTIFACTS_DIR": str(run_dir), "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
            "ANSIBLE_NOCOLOR": "1", "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}",
            **channel.env}
-    progress = Progress()
-    console = Console(stderr=False)
+    progress = progress or Progress(command=command)
+    console = Console(stderr=quiet)  # quiet (--json): the table and the lines after it on stderr
     t0 = time.monotonic()
     with Live(render(progress, title), console=console, refresh_per_second=4, transient=False,
               auto_refresh=console.is_terminal) as live:
@@ -215,8 +224,11 @@ def main(argv: list[str] | None = None) -> int:
     sp.add_argument("rest", nargs=argparse.REMAINDER)
     sp = sub.add_parser("report", help="(re)write report.{json,md,html} of a run")
     sp.add_argument("run", help="run id (artifacts/<run>) or its directory")
+    daytwo.add_parsers(sub)
     a = ap.parse_args(argv)
     try:
+        if a.cmd in daytwo.COMMANDS:
+            return daytwo.main(a, sys.modules[__name__])
         if a.cmd == "plan":
             return subprocess.call([str(ROOT / "scripts/launch-plan"), "-i", _inventory(a.inventory), *a.rest])
         if a.cmd == "report":
@@ -224,9 +236,7 @@ def main(argv: list[str] | None = None) -> int:
             rep = write_report(str(d))
             print(f"verdict: {rep['verdict']}\nreport:  {d / 'report.html'}")
             return 0 if rep["ok"] else 1
-        run_id = a.run_id or _dt.datetime.now(_dt.UTC).strftime("%Y%m%dT%H%M%SZ")
-        if not _RUN_ID.match(run_id):
-            raise UsageError(f"--run-id / LLMB_RUN_ID {run_id!r}: letters, digits and . _ + : - only")
+        run_id = new_run_id(a.run_id)
         inv, extra = _inventory(a.inventory), _check_extra(a.extra_vars)
         if a.cmd == "up":
             return upgrade.up(run_playbook, inv, extra, run_id, ROOT, f"llmb up {run_id}", a.check)
