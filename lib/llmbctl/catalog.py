@@ -350,6 +350,21 @@ def model_from_doc(name: str, doc: Any, path: str) -> ModelRecord:
         if section is not None and not isinstance(section, dict):
             errs.append(f"engine_flags.{key} must be a mapping of flags, found {section!r}")
     files = _typecheck(doc, "files", dict, errs, allow_none=True, required=False) or {}
+    mod = _typecheck(doc, "modality", dict, errs, allow_none=True, required=False) or {}
+    if mod:
+        _typecheck(doc, "modality.vision", bool, errs)
+        _typecheck(doc, "modality.vision_tower_bytes", int, errs, allow_none=True, required=False)
+        _typecheck(doc, "modality.encoder_tp_mode_flag", str, errs, allow_none=True, required=False)
+        _typecheck(doc, "modality.text_only_flag", str, errs, allow_none=True, required=False)
+    reqs = _typecheck(doc, "requires", dict, errs, allow_none=True, required=False) or {}
+    for key in reqs:
+        if key not in ("engines", "nvidia"):
+            errs.append(f"requires.{key}: only 'engines' and 'nvidia' are known")
+    for engine in (_typecheck(doc, "requires.engines", dict, errs, required=False) or {}):
+        _typecheck(doc, f"requires.engines.{engine}.min_version", str, errs)
+    if "nvidia" in reqs:
+        _typecheck(doc, "requires.nvidia.cuda_major", int, errs)
+        _typecheck(doc, "requires.nvidia.driver_min", str, errs)
     patches = _typecheck(doc, "config_patches", dict, errs, allow_none=True, required=False) or {}
     for key in patches:
         try:
@@ -436,7 +451,8 @@ def engine_errors(doc: Any) -> list[str]:
 # --tensor-parallel-size is written --tp-size, as the recipes do); both are the same parser action.
 OVERLAY_KEYS = ("images", "image_suffix_by_platform", "supports_model_types", "planner_owned", "renamed",
                 "defaults", "config_checks", "versions", "source", "spelling", "requirements", "api_key_env",
-                "pd_router", "optimize_rules", "parsers", "transfer_packages")
+                "pd_router", "optimize_rules", "parsers", "transfer_packages", "env_renamed",
+                "packages", "load_format_packages")
 
 
 def overlay_errors(doc: Any, generated: bool = False) -> list[str]:
@@ -458,6 +474,12 @@ def overlay_errors(doc: Any, generated: bool = False) -> list[str]:
     for old, rec in renamed.items():
         if not isinstance(rec, dict) or "to" not in rec or not rec.get("source"):
             errs.append(f"renamed.{old} must be a mapping with 'to' (a flag or null) and 'source'")
+    env_renamed = _typecheck(doc, "env_renamed", dict, errs, required=False) or {}
+    for var, rec in env_renamed.items():  # an environment variable a release reads as a flag instead
+        if not isinstance(rec, dict) or not str(rec.get("to") or "").startswith("--") or not rec.get("since") \
+                or not rec.get("source"):
+            errs.append(f"env_renamed.{var} must be a mapping with 'to' (the flag), 'since' (the first release "
+                        "without the variable) and 'source'")
     # parsers: only for a release whose registries its walk could not read (TensorRT-LLM in source
     # mode), with their source; a generated set's own 'parsers' always win (planner.flags)
     hand_parsers = {} if generated else (_typecheck(doc, "parsers", dict, errs, required=False) or {})
@@ -648,6 +670,93 @@ class Catalog:
                     errs.append(f"defaults.{flag}: the generated sets record the parser's default ({engine} "
                                 f"{', '.join(told)}); defaults come from the generated sets, remove it from the overlay")
         return errs
+
+    # model x engine release x platform ----------------------------------------------
+    def releases_where(self, engine: str, pred: Callable[[dict[str, Any]], bool]) -> list[str]:
+        """The shipped releases of ``engine`` (oldest first) whose generated set satisfies ``pred``."""
+        out = []
+        for version in self.flagset_versions(engine):
+            doc = self.flagset_doc(f"{engine}-{version}") or {}
+            if pred(doc):
+                out.append(version)
+        return out
+
+    def model_release_problems(self, model: ModelRecord, engine: str, version: str,
+                               vendor: str | None = None) -> list[dict[str, Any]]:
+        """THE decision 'this model cannot run on this engine release on this vendor' (stage 0 reports
+        each as a problem): the profile's ``requires`` (the oldest release a recipe names, the CUDA
+        generation of the NVIDIA images), the model's architecture against the architectures the
+        release registers, the profile's parsers against the parsers it registers. Each entry:
+        {check, message, found, expected, fix}; the fix names llmb_engine_version and the shipped
+        releases that would do."""
+        out: list[dict[str, Any]] = []
+        raw = model.raw if isinstance(model.raw, dict) else {}
+        doc = self.flagset_doc(f"{engine}-{version}") or {}
+        shipped = self.flagset_versions(engine)
+
+        def fix(ok: list[str], what: str) -> str:
+            if ok:
+                return f"set llmb_engine_version to a release that {what}: {', '.join(ok)} (shipped for {engine})"
+            return (f"no shipped {engine} release {what} (shipped: {', '.join(shipped) or 'none'}): choose another "
+                    "llmb_engine, or generate the set of a newer release with scripts/engine-catalog")
+
+        reqs = raw.get("requires") if isinstance(raw.get("requires"), dict) else {}
+        need = ((reqs.get("engines") or {}).get(engine) or {}) if isinstance(reqs.get("engines"), dict) else {}
+        minimum = need.get("min_version") if isinstance(need, dict) else None
+        if minimum and version_key(str(version)) < version_key(str(minimum)):
+            ok = [v for v in shipped if version_key(v) >= version_key(str(minimum))]
+            out.append({
+                "check": "model-engine",
+                "message": f"{model.name} needs {engine} {minimum} or newer ({need.get('source') or 'model profile'})",
+                "found": f"llmb_engine_version: {version}",
+                "expected": f"{engine} >= {minimum}",
+                "fix": fix(ok, f"is {minimum} or newer"),
+            })
+        archs = doc.get("architectures") or []
+        want = (model.config_facts.get("architectures") or [None])[0]
+        if want and archs and want not in archs:
+            ok = self.releases_where(engine, lambda d: want in (d.get("architectures") or []))
+            out.append({
+                "check": "model-engine",
+                "message": f"{engine} {version} does not register {want}, the architecture of {model.name}'s "
+                           "config.json: it would fail to load the model",
+                "found": f"llmb_engine_version: {version} (registers {len(archs)} architectures, not {want})",
+                "expected": f"a {engine} release that registers {want}",
+                "fix": fix(ok, f"registers {want}"),
+            })
+        flags = model.engine_flags.get(engine) or {}
+        parsers = doc.get("parsers") or {}
+        for key, kind in (("tool-call-parser", "tool_call"), ("reasoning-parser", "reasoning"),
+                          ("reasoning_parser", "reasoning")):
+            name = flags.get(key)
+            known = parsers.get(kind)
+            if name is None or known is None or name in known:
+                continue
+            ok = self.releases_where(engine, lambda d, k=kind, n=name: n in ((d.get("parsers") or {}).get(k) or []))
+            out.append({
+                "check": "engine-parser",
+                "message": f"{engine} {version} does not register the {kind.replace('_', ' ')} parser {name} that "
+                           f"{model.name} needs (data/models/{model.name}.yml engine_flags.{engine})",
+                "found": f"llmb_engine_version: {version} ({kind} parsers: {', '.join(known) or 'none'})",
+                "expected": f"a {engine} release with the {name} parser",
+                "fix": fix(ok, f"registers the {name} parser"),
+            })
+        nv = reqs.get("nvidia") if isinstance(reqs.get("nvidia"), dict) else {}
+        cuda_need = nv.get("cuda_major")
+        cuda_has = (doc.get("requirements") or {}).get("cuda_major")
+        if vendor == "nvidia" and isinstance(cuda_need, int) and isinstance(cuda_has, int) and cuda_has < cuda_need:
+            ok = self.releases_where(engine, lambda d: isinstance((d.get("requirements") or {}).get("cuda_major"), int)
+                                     and d["requirements"]["cuda_major"] >= cuda_need)
+            out.append({
+                "check": "model-engine",
+                "message": f"{model.name} runs only on CUDA {cuda_need} builds (NVIDIA driver >= "
+                           f"{nv.get('driver_min') or '?'}; {nv.get('source') or 'model profile'}), and {engine} "
+                           f"{version} is a CUDA {cuda_has} build",
+                "found": f"llmb_engine_version: {version} (links libcudart.so.{cuda_has})",
+                "expected": f"a CUDA {cuda_need} build of {engine}",
+                "fix": fix(ok, f"is built for CUDA {cuda_need}"),
+            })
+        return out
 
     def flagset(self, engine: str, version: str) -> FlagSet | None:
         """The pinned release's flag set (llmbctl.engines.registry: generated set + hand overlay)."""

@@ -17,9 +17,11 @@ The document (key order fixed, JSON-ready):
     dirs          node directory layout (llmbctl.layout)
     ports         {api, ray, ray_dashboard, dp_rpc, sglang_dist, vllm_master, sshd}
     start_levels  the plan's start orders, ascending
-    hosts         {name: {address, rank, config_patches, packages, plan}}, plan = the launch-plan entry;
-                  packages = the pinned requirements its services run beside the engine (the
-                  engine stage installs them with it: engine_host)
+    hosts         {name: {address, rank, config_patches, packages, plan[, control]}}, plan = the
+                  launch-plan entry; packages = the pinned requirements its services run beside the
+                  engine (the engine stage installs them with it: engine_host); control: true on a
+                  host outside accel_nodes that runs the PD router only (engine stage: its packages
+                  alone; serve, bench and accuracy run there; verify, weights, ssh_mesh do not)
     hash          sha256 of the canonical JSON of everything but run and hash
 
 An inventory that cannot be planned (a verify-only inventory, say) still gives a document: the
@@ -209,6 +211,8 @@ def resolve(
                 "packages": list(dict.fromkeys(p for s in entry.get("services") or [] for p in s.get("packages") or [])),
                 "plan": entry,
             }
+            if entry.get("control"):  # a control node (the PD router's): no engine, no accelerators
+                hosts[entry["host"]]["control"] = True
     else:
         for rank, name in enumerate(str(h) for h in groups.get(GROUP) or []):
             hv = hostvars[name] if name in hostvars else None
@@ -277,6 +281,9 @@ def build(
 
     groups = {str(k): list(v or []) for k, v in dict(groups).items()}
     shared = _shared_vars(hostvars, groups)
+    if _get(shared, "llmb_rollback_to") not in (None, ""):
+        return rollback_document(hostvars, groups, _get(shared, "llmb_rollback_to"), run_id, artifacts_dir, data_dir,
+                                 host_set, str(inventory_dir), write, inventory_files)
     if repin is None:
         repin = P.repin_requested(_get(shared, "llmb_repin"))
     first: list[dict[str, Any]] = []
@@ -299,6 +306,69 @@ def build(
         doc["pins"]["problems"] = first + doc["pins"]["problems"]
         doc["pins"]["resolved"] = False
         doc["hash"] = content_hash(doc)
+    return doc
+
+
+def rollback_document(
+    hostvars: Any,
+    groups: dict[str, Any],
+    to: Any,
+    run_id: str | None,
+    artifacts_dir: str | None,
+    data_dir: str | None,
+    host_set: dict[str, list[str]] | None,
+    inventory_dir: str,
+    write: bool,
+    inventory_files: list[str] | None,
+) -> dict[str, Any]:
+    """-e llmb_rollback_to=N (llmb rollback): the document applied when lock N was current, as it was
+    (llmbctl.lockhistory), with this run's id; its lock becomes llmb.lock.json again (not in check
+    mode). Nothing is planned anew, so every stage gets the argv, environment and units of then. A
+    bad N, or a history entry for other hosts, is a pins problem that refuses the stages needing the plan."""
+    from . import lockhistory as H
+    from . import pins as P
+
+    problem = None
+    try:
+        n = int(str(to).strip())
+        if n < 1:
+            raise ValueError
+    except ValueError:
+        n = None
+        problem = {"check": "rollback", "message": f"llmb_rollback_to: {to!r} is not an entry number",
+                   "found": str(to)[:80], "expected": "an integer >= 1 (llmb rollback -i INV --to N)",
+                   "fix": f"list the entries: llmb rollback -i {inventory_dir} --list", "host": None}
+    if n is not None:
+        try:
+            entry = H.load(inventory_dir, n)
+        except H.HistoryError as err:
+            problem = {"check": "rollback", "message": str(err), "found": f"llmb_rollback_to={n}",
+                       "expected": "an entry of the lock history", "fix": "name an entry that exists (--list)",
+                       "host": None}
+        else:
+            doc = json.loads(json.dumps(entry["deployment"]))
+            wanted = sorted(doc.get("hosts") or {})
+            have = sorted(str(h) for h in groups.get(GROUP) or [])
+            if wanted != have:
+                problem = {"check": "rollback", "message": f"lock history entry {n} was applied to other hosts",
+                           "found": ", ".join(have)[:200], "expected": ", ".join(wanted)[:200],
+                           "fix": "roll back with the inventory of then, or bring the hosts up with llmb up",
+                           "host": None}
+            else:
+                if write:
+                    P.write_lock(P.lock_path(inventory_dir), entry["lock"])
+                out = {"schema": doc.get("schema"), "run": {"id": run_id, "artifacts_dir": artifacts_dir}}
+                out.update((k, v) for k, v in doc.items() if k not in ("schema", "run"))
+                out["pins"] = dict(out.get("pins") or {}, lock=str(P.lock_path(inventory_dir)),
+                                   sources=dict((out.get("pins") or {}).get("sources") or {}, rollback=n))
+                out["hash"] = content_hash(out)
+                return out
+    doc = resolve(hostvars, groups, run_id, artifacts_dir, data_dir, host_set=host_set, inventory_files=inventory_files)
+    if doc.get("planned"):
+        doc["pins"] = dict(doc["pins"], resolved=False, problems=[problem])
+    else:
+        doc["problems"] = [*doc["problems"], problem]
+    doc["hash"] = content_hash(doc)
     return doc
 
 

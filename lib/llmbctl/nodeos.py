@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from llmb.finding import Finding
+
 MIN_PYTHON = (3, 9)
 # (distribution, major version) -> release name: the simulated cluster's images (scripts/build-node-image)
 TESTED: dict[tuple[str, str], str] = {("Debian", "12"): "bookworm", ("Debian", "13"): "trixie"}
@@ -18,11 +20,12 @@ def _get(facts: dict[str, Any], key: str) -> Any:
 
 
 def os_problems(host: str, facts: dict[str, Any]) -> list[str]:
-    """Every missing fact the toolkit relies on, each naming the host, the check, expected and found."""
-    out: list[str] = []
+    """Every missing fact the toolkit relies on, each a finding's line (llmb.finding): host, check, expected, found, fix."""
+    out: list[Finding] = []
     system = _get(facts, "system")
     if system != "Linux":
-        out.append(f"{host}: preflight os: expected Linux, found {system or 'unknown'}; the toolkit drives Linux nodes only")
+        out.append(Finding("preflight os", expected="Linux", found=system or "unknown",
+                           fix="the toolkit drives Linux nodes only"))
     py = _get(facts, "python") or {}
     ver = py.get("version") or {}
     try:
@@ -31,20 +34,21 @@ def os_problems(host: str, facts: dict[str, Any]) -> list[str]:
         found = None
     if found is None or found[0] != 3 or found < MIN_PYTHON:
         shown = f"{found[0]}.{found[1]}" if found else "unknown"
-        out.append(
-            f"{host}: preflight python: expected python3 >= {MIN_PYTHON[0]}.{MIN_PYTHON[1]} (node-side modules), found "
-            f"{shown} at {py.get('executable') or 'unknown'}; install python3 >= 3.9 or point "
-            "ansible_python_interpreter at one")
+        out.append(Finding(
+            "preflight python", expected=f"python3 >= {MIN_PYTHON[0]}.{MIN_PYTHON[1]} (node-side modules)",
+            found=f"{shown} at {py.get('executable') or 'unknown'}",
+            fix="install python3 >= 3.9 or point ansible_python_interpreter at one"))
     mgr = _get(facts, "service_mgr")
     if mgr != "systemd":
-        out.append(
-            f"{host}: preflight systemd: expected systemd as the service manager (the serve stage writes units, the "
-            f"weights relay runs under systemd-run), found {mgr or 'unknown'}")
+        out.append(Finding(
+            "preflight systemd", expected="systemd as the service manager (the serve stage writes units, the "
+            "weights relay runs under systemd-run)", found=mgr or "unknown"))
     if not _get(facts, "ssh_host_key_ed25519_public"):
-        out.append(
-            f"{host}: preflight sshd: expected sshd with an ed25519 host key ({SSHD_HOST_KEY}; the SSH mesh pins it), "
-            "found none; install openssh-server and run ssh-keygen -A")
-    return out
+        out.append(Finding("preflight sshd", expected=f"sshd with an ed25519 host key ({SSHD_HOST_KEY}; the SSH mesh "
+                           "pins it)", found="none", fix="install openssh-server and run ssh-keygen -A"))
+    for f in out:
+        f.host = host
+    return [f.render() for f in out]
 
 
 def os_untested(host: str, facts: dict[str, Any]) -> str | None:

@@ -441,7 +441,7 @@ def resolve_image(
                     f"engine_image_pins of {ref} has a digest that is not sha256:<64 hex>",
                     found=pinned,
                     expected="sha256:<64 hex>",
-                    fix=f"copy the digest from `docker buildx imagetools inspect {ref}`",
+                    fix=f"copy the digest from `docker buildx imagetools inspect {ref}` into engine_image_pins",
                 )
             )
         return str(pinned), "inventory"

@@ -12,6 +12,7 @@ import os
 
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
+from llmb.finding import check
 from llmb.hw.probes import write_bundle
 from llmbctl import results
 from llmbctl import verify as V
@@ -73,9 +74,9 @@ class ActionModule(ControllerAction, ActionBase):
         probe = self._execute_module(module_name="accel_probe", module_args=module_args, task_vars=task_vars)
         if probe.get("failed"):
             facts = {"vendor": None, "devices": [], "errors": [], "warnings": []}
-            checks = [{"id": "probe.accel_probe", "ok": False, "expected": "the accel_probe module runs on the node",
-                       "found": str(probe.get("msg") or probe.get("module_stderr") or "failed")[:500],
-                       "hint": "python3 must exist on the node; see the module error above"}]
+            checks = [check("probe.accel_probe", False, "the accel_probe module runs on the node",
+                            str(probe.get("msg") or probe.get("module_stderr") or "failed")[:500],
+                            "python3 must exist on the node; see the module error above")]
             raw = {"probes": [], "vendor": None}
         else:
             raw = probe

@@ -15,8 +15,9 @@ from __future__ import annotations
 import os
 
 from ansible.errors import AnsibleFilterError
+from llmb.finding import Finding
 from llmbctl.deployment import DeploymentError, build, dumps, host_view, validate_run_id
-from llmbctl.planner import PlanError, Problem, check, plan
+from llmbctl.planner import PlanError, check, plan
 from llmbctl.planner.inventory import is_checked_name
 
 
@@ -103,12 +104,7 @@ def _jsonable(value):
 
 def llmb_plan_report(problems):
     """Multi-line report of problem dicts (as returned by llmb_plan_problems)."""
-    objs = [
-        Problem(**{k: p.get(k) for k in ("check", "message", "found", "expected", "fix", "host")})
-        for p in problems or []
-    ]
-    for p in objs:
-        p.fix = p.fix or ""
+    objs = [Finding.from_record({"check": None, **p}) for p in problems or []]
     return PlanError(objs).report() if objs else "launch plan: no problems"
 
 

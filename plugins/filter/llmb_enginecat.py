@@ -23,7 +23,8 @@ def llmb_engine_driver_finding(query_output, engine, version, vendor="nvidia", d
         raise AnsibleFilterError(f"llmb_engine_driver_finding: {err}") from None
     if rel is None:
         return {}
-    return driver_finding(rel["release"], rel["requirements"], driver_from_query(query_output), vendor) or {}
+    found = driver_finding(rel["release"], rel["requirements"], driver_from_query(query_output), vendor)
+    return found.check_record() if found else {}
 
 
 def llmb_engine_packages(install="host"):

@@ -11,6 +11,7 @@ from llmb.serve import (
     environment_file,
     group_restart_unit,
     group_target,
+    group_verdict,
     group_view,
     replaced_containers,
     systemd_exec,
@@ -36,6 +37,21 @@ def service_secret_env(svc: dict, value=None) -> dict:
     return {str(auth["env"]): str(value)}
 
 
+def group_members(hostvars, hosts, register: str = "__serve_alive") -> list:
+    """The group check's members from every host's registered loop of llmb_service_ready alive=true:
+    [{"host", "name", "role", "alive", "why", "engine_error"}] (a host that ran no look adds none)."""
+    out = []
+    for host in hosts or []:
+        for res in ((hostvars.get(host) or {}).get(register) or {}).get("results") or []:
+            item = res.get("item") or {}
+            if res.get("skipped") or not isinstance(item, dict):
+                continue
+            out.append({"host": host, "name": item.get("name"), "role": item.get("role"),
+                        "alive": bool(res.get("alive")), "why": res.get("why") or res.get("msg"),
+                        "engine_error": res.get("engine_error")})
+    return out
+
+
 class FilterModule:
     def filters(self):
         return {
@@ -48,4 +64,6 @@ class FilterModule:
             "llmb_group_view": reraise(group_view, ValueError, AnsibleFilterError),
             "llmb_group_target": reraise(group_target, ValueError, AnsibleFilterError),
             "llmb_group_restart_unit": reraise(group_restart_unit, ValueError, AnsibleFilterError),
+            "llmb_group_members": group_members,
+            "llmb_group_verdict": group_verdict,
         }

@@ -27,6 +27,13 @@ options:
   timeout_s: {description: Override of the plan's timeout., type: int}
   interval_s: {description: Seconds between probes., type: int, default: 5}
   log_lines: {description: Log lines shown on failure., type: int, default: 40}
+  alive:
+    description:
+      - One look, no waiting - is the service still running? Returns C(alive), C(why), C(cause) and
+        C(engine_error) and never fails; the serve role's group check (tasks/group.yml) judges every
+        member of a group with them, since rank 0's C(/health) stays 200 when another node's rank is lost.
+    type: bool
+    default: false
   api_key: {description: "Bearer token for /v1/models when the server requires one (llmb_api_key).", type: str, no_log: true}
 attributes:
   check_mode: {support: full, description: Only reads.}
@@ -42,6 +49,8 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+alive: {description: "With alive=true: whether the service is running.", type: bool, returned: when alive is true}
+why: {description: "With alive=true: why it is not running (unit failed, restarting, gone).", type: str, returned: when alive is true}
 waited_s: {description: Seconds waited., type: float, returned: always}
 engine_error: {description: "The engine's own error line from the log tail (last exception or usage error), on failure.", type: str, returned: failure}
 cause: {description: "On failure: exited, restarting, gone, not-ready, not-joined, unhealthy, wrong-model.", type: str, returned: failure}
@@ -49,7 +58,7 @@ models: {description: Model ids listed by /v1/models when a health spec was give
 """
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible.module_utils.llmb.ready import NotReady, Watch, wait  # noqa: E402
+from ansible.module_utils.llmb.ready import NotReady, Watch, alive, wait  # noqa: E402
 
 
 def main():
@@ -66,10 +75,14 @@ def main():
             interval_s=dict(type="int", default=5),
             log_lines=dict(type="int", default=40),
             api_key=dict(type="str", no_log=True),
+            alive=dict(type="bool", default=False),
         ),
         supports_check_mode=True,
     )
     p = module.params
+    if p["alive"]:
+        look = alive(Watch(module.run_command, p["name"], p["kind"], p.get("exec_in"), p["log_lines"]))
+        module.exit_json(changed=False, waited_s=0.0, **look)
     if not (p["health"] or p["ready"]):
         module.exit_json(changed=False, waited_s=0.0)
     watch = Watch(module.run_command, p["name"], p["kind"], p.get("exec_in"), p["log_lines"])

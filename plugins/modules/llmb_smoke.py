@@ -5,7 +5,7 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 module: llmb_smoke
-short_description: Smoke-test an OpenAI-compatible endpoint (served name, chat, reasoning, tool call)
+short_description: Smoke-test an OpenAI-compatible endpoint (served name, chat, reasoning, tool call, image)
 description:
   - Runs from wherever it is delegated (the controller, as a client would); only reads.
   - Checks that /v1/models lists the served name, a chat completion answers 200 with content,
@@ -17,6 +17,7 @@ options:
   reasoning: {description: Expect reasoning_content., type: bool, default: false}
   tool_calls: {description: Expect a tool call., type: bool, default: false}
   tool_choice: {description: "auto (the model decides) or named (the request names the function: forced, for random weights).", type: str, default: auto, choices: [auto, named]}
+  image: {description: "Send a chat request with an image (an image_url content part, a PNG data URL): the plan's api.vision.", type: bool, default: false}
   timeout_s: {description: Per-request timeout., type: int, default: 120}
   host: {description: Node the endpoint runs on (for messages)., type: str}
   api_key: {description: Bearer token when the server requires one., type: str, no_log: true}
@@ -47,6 +48,7 @@ def main():
             reasoning=dict(type="bool", default=False),
             tool_calls=dict(type="bool", default=False),
             tool_choice=dict(type="str", default="auto", choices=["auto", "named"]),
+            image=dict(type="bool", default=False),
             timeout_s=dict(type="int", default=120),
             host=dict(type="str"),
             api_key=dict(type="str", no_log=True),
@@ -55,7 +57,7 @@ def main():
     )
     p = m.params
     checks = run_smoke(p["base_url"], p["model"], p["reasoning"], p["tool_calls"], p["timeout_s"], p["api_key"],
-                       p["tool_choice"])
+                       p["tool_choice"], p["image"])
     if all(c["ok"] for c in checks):
         m.exit_json(changed=False, transcript=checks)
     m.fail_json(msg=failures_text(p["host"] or p["base_url"], checks), transcript=checks)

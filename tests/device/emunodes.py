@@ -24,7 +24,15 @@ stage's plan (argv and env) is not touched.
     emunodes.py down      --nodes N                    remove them (idempotent)
     emunodes.py inventory --nodes N --gpus-per-node G --shape a|b|c --out DIR --state DIR --python PY
     emunodes.py show      --nodes N --gpus-per-node G  every namespace, address, GPU slice, identity env
-    emunodes.py exec      --node NAME -- ARGV...       run ARGV inside a node's namespace
+    emunodes.py exec      --node NAME [--as-node] -- ARGV...
+                                                       run ARGV inside a node's namespace; --as-node
+                                                       also as the node: its own host name (a UTS
+                                                       namespace of its own) and identity env
+    emunodes.py rsh       [SSH-OPTIONS] HOST COMMAND...
+                                                       mpirun's launch agent in place of ssh: enters
+                                                       HOST (node<i> or its address) as --as-node
+                                                       does and runs COMMAND with /bin/sh -c, as sshd
+                                                       runs a remote command (tests/device/node-rsh)
 
 Exit status: 0 ok, 1 a step failed, 2 bad usage (the message names the option).
 """
@@ -66,6 +74,9 @@ SHAPES: dict[str, dict] = {
           # out of range for assigned_physical_gpu_ids [2, 3]", docs/examples/serve-real-multinode/
           # nodes-b-first/). Real nodes number their own GPUs from 0. Added to the common engine args.
           "engine_args": {"disable-custom-all-reduce": True}},
+    # each node its own instance (TP over its own GPUs): the cache timings run several side by side
+    "one": {"what": "the node alone: TP over its own GPUs (cold / warm / peer-cache start timings)",
+            "vars": lambda n, g: {"llmb_tensor_parallel": g}},
     "c": {"what": "DP over all GPUs with expert parallelism: rank 0 + --headless --data-parallel-start-rank",
           "vars": lambda n, g: {"llmb_tensor_parallel": 1, "llmb_data_parallel": n * g,
                                 "llmb_data_parallel_local": g, "llmb_expert_parallel": True}},
@@ -112,11 +123,64 @@ def identity_env(node: EmuNode) -> dict[str, str]:
     return {"CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in node.gpus), "NCCL_HOSTID": node.hostid}
 
 
+# ssh options that take a value (what mpirun's ssh launcher may pass through plm_ssh_args)
+SSH_OPTS_WITH_VALUE = frozenset("-B -b -c -D -E -e -F -I -i -J -L -l -m -O -o -p -Q -R -S -W -w".split())
+
+
+def node_of(host: str, nodes: list[EmuNode]) -> EmuNode:
+    """The node a launch agent names: its inventory name (node<i>) or its cluster address."""
+    for node in nodes:
+        if host in (node.name, node.address):
+            return node
+    raise UsageError(f"rsh: host {host!r} is no emulated node ({', '.join(n.name + '/' + n.address for n in nodes)})")
+
+
+def rsh_split(argv: list[str]) -> tuple[str, str]:
+    """(host, remote command) from an ssh-style argv: options, the host, the command's words."""
+    i = 0
+    while i < len(argv) and argv[i].startswith("-"):
+        i += 2 if argv[i] in SSH_OPTS_WITH_VALUE else 1
+    if i >= len(argv):
+        raise UsageError("rsh: no host")
+    if i + 1 >= len(argv):
+        raise UsageError(f"rsh: no command for {argv[i]}")
+    return argv[i], " ".join(argv[i + 1:])
+
+
+def enter_node(node: EmuNode) -> dict[str, str]:
+    """Join the node's network namespace, take a UTS namespace of its own named after the node (what
+    a real node has: its own host name, which Open MPI and nccl-tests tell nodes apart by); returns
+    the environment with the node's identity. Python 3.12+ (os.setns / os.unshare), as root."""
+    import socket
+
+    fd = os.open(node.netns_path, os.O_RDONLY)
+    try:
+        os.setns(fd, os.CLONE_NEWNET)
+    finally:
+        os.close(fd)
+    os.unshare(os.CLONE_NEWUTS)
+    socket.sethostname(node.name)
+    return {**os.environ, **identity_env(node)}
+
+
+CACHE_ROOT = os.environ.get("LLMB_DEVICE_NODE_CACHE", "/root/llmb-nodecache")
+
+
+def cache_env(node: EmuNode, root: str = CACHE_ROOT) -> dict[str, str]:
+    """Each node's own compile and kernel caches (a real node has its own disk; the emulated ones share
+    one): vLLM's cache root (its torch.compile artifacts), Triton's, TorchInductor's, and the rest of
+    ~/.cache (FlashInfer's JIT) under ROOT/<node>/."""
+    base = f"{root}/{node.name}"
+    return {"XDG_CACHE_HOME": base, "VLLM_CACHE_ROOT": f"{base}/vllm", "TRITON_CACHE_DIR": f"{base}/triton",
+            "TORCHINDUCTOR_CACHE_DIR": f"{base}/inductor"}
+
+
 def node_env(node: EmuNode, state_root: Path, bin_dir: Path = HERE / "bin") -> dict[str, str]:
-    """The environment the node's interpreter wrapper adds: identity, runner state, stand-ins first."""
+    """The environment the node's interpreter wrapper adds: identity, its own caches, runner state,
+    stand-ins first."""
     # RAY_TMPDIR: every real node has its own /tmp, where Ray keeps its session and unix sockets (a
     # short path: a unix socket path is at most 107 bytes)
-    return {**identity_env(node), "RAY_TMPDIR": f"/tmp/llmb-ray-{node.name}",
+    return {**identity_env(node), **cache_env(node), "RAY_TMPDIR": f"/tmp/llmb-ray-{node.name}",
             "LLMB_RUNNER_STATE": str(state_root / node.name),
             "LLMB_DEVICE_NODE": node.name, "PYTHONUNBUFFERED": "1", "PATH_PREPEND": str(bin_dir)}
 
@@ -286,19 +350,35 @@ def main(argv: list[str] | None = None) -> int:
             p.add_argument("--out", type=Path, required=True)
             p.add_argument("--state", type=Path, required=True)
             p.add_argument("--python", required=True, help="the interpreter Ansible runs modules with")
+            p.add_argument("--only", help="this node alone (node<i>): an inventory of one host")
         if name == "show":
             p.add_argument("--state", type=Path)
     ex = sub.add_parser("exec")
     ex.add_argument("--node", required=True)
+    ex.add_argument("--as-node", action="store_true", help="the node's own host name and identity env too")
+    ex.add_argument("--nodes", type=int, default=int(os.environ.get("LLMB_DEVICE_NODES", "2")))
+    ex.add_argument("--gpus-per-node", type=int, default=int(os.environ.get("LLMB_DEVICE_GPUS_PER_NODE", "2")))
     ex.add_argument("argv", nargs=argparse.REMAINDER)
+    rs = sub.add_parser("rsh", prefix_chars="+")  # every "-..." after it is ssh's, not ours
+    rs.add_argument("argv", nargs=argparse.REMAINDER)
     a = ap.parse_args(argv)
     try:
+        if a.cmd == "rsh":
+            nodes = layout(int(os.environ.get("LLMB_DEVICE_NODES", "2")),
+                           int(os.environ.get("LLMB_DEVICE_GPUS_PER_NODE", "2")))
+            host, command = rsh_split(a.argv)
+            node = node_of(host, nodes)
+            env = enter_node(node)
+            os.execve("/bin/sh", ["sh", "-c", command], env)
         if a.cmd == "exec":
             if not NAME_RE.match(a.node) or not a.node.startswith("node"):
                 raise UsageError(f"--node: expected node<N>, found {a.node!r}")
             args = a.argv[1:] if a.argv[:1] == ["--"] else a.argv
             if not args:
                 raise UsageError("exec: no command after --")
+            if a.as_node:
+                env = enter_node(node_of(a.node, layout(a.nodes, a.gpus_per_node)))
+                os.execvpe(args[0], args, env)
             ns = f"{NETNS_DIR}/{NS_PREFIX}{a.node.removeprefix('node')}"
             os.execvp("nsenter", ["nsenter", f"--net={ns}", *args])
         nodes = layout(a.nodes, a.gpus_per_node, a.total_gpus)
@@ -309,6 +389,8 @@ def main(argv: list[str] | None = None) -> int:
         elif a.cmd == "show":
             print(json.dumps(show(nodes, a.state), indent=1))
         else:
+            if a.only:
+                nodes = [node_of(a.only, nodes)]
             out = write_inventory(a.out, nodes, a.shape, a.python, a.state)
             print(out)
         return 0

@@ -204,6 +204,7 @@ def pd(cluster, tmp_path_factory):
     steps["router healthy"] = time.monotonic() - t0 - sum(steps.values())
     print("\n[disagg e2e] " + ", ".join(f"{k} {v:.1f} s" for k, v in steps.items()))
     yield {"doc": doc, "plans": plans, "prefill": prefill, "decode": decode, "router": router, "dry": dry,
+           "inventory": pdc.inventory,
            "run": run, "venv": venv, "setup_s": time.monotonic() - t0}
     for node, svc in (("node1", router), ("node1", prefill), ("node2", decode)):
         cluster.node(node, "systemctl", "kill", "--signal=KILL", svc["name"], check=False)
@@ -258,6 +259,98 @@ def test_1p1d_answers_through_the_real_router(cluster, pd):
     assert "POST /v1/chat/completions" in prefill_log
     assert group_report(router["after_healthy"]) == []
     print(f"\n[disagg e2e] setup {pd['setup_s']:.1f} s, request {time.monotonic() - t0:.1f} s")
+
+
+def test_llmb_stop_drains_the_decode_group_under_load(cluster, pd):
+    """`llmb stop --group decode_nodes` (issue 27) while 8 clients send chat requests through the real
+    router; the decode double's completions take 1 s, so requests are in flight when the stop comes.
+    The router takes the decode worker out of rotation first (llmb_router_worker, delegated to the
+    router's host) and its requests in flight finish: none of them fails. Requests sent after the
+    group left rotation are refused by the router (503: 1P1D has no other decode group); both counts
+    are printed. The decode group is then started again as the fixture started it and put back."""
+    import threading
+
+    from llmb import router as R
+
+    router, decode = pd["router"], pd["decode"]
+    base, worker = router["health"]["url"].rsplit("/", 1)[0], decode["health"]["url"].rsplit("/", 1)[0]
+    model = router["api"]["served_model_name"]
+
+    def start_decode(request_s: str) -> None:
+        env = {**decode["env"], "LLMB_ENGINESIM_LOAD_SECONDS": "0.2", "LLMB_ENGINESIM_DEVICES": "8",
+               "LLMB_ENGINESIM_REQUEST_SECONDS": request_s}
+        cluster.node("node2", "systemctl", "stop", decode["name"], check=False)
+        cluster.node("node2", "systemctl", "reset-failed", decode["name"], check=False)
+        cluster.node("node2", "systemd-run", f"--unit={decode['name']}", *(f"--setenv={k}={v}" for k, v in env.items()),
+                     "--", *decode["argv"])
+        assert wait_http(decode["health"]["url"]) == 200, logs(cluster)
+        R.add(base, worker, "decode", timeout_s=60)
+        deadline = time.monotonic() + 60
+        while chat(router["api"]["base_url"], model)[0] != 200 and time.monotonic() < deadline:
+            time.sleep(1)
+
+    def refused_by_router(status: int, body: str) -> bool:
+        """The router's own 503 when it has no prefill/decode pair to send a request to (sglang-router
+        0.3.2: code server_selection_failed): a request refused, not one broken in flight."""
+        return status == 503 and ("server_selection_failed" in body or "decode" in body.lower())
+
+    start_decode("1")
+    results: list[tuple[int, str]] = []
+    done = threading.Event()
+
+    def client() -> None:
+        while not done.is_set():
+            try:
+                status, body = chat(router["api"]["base_url"], model)
+            except (urllib.error.URLError, OSError) as exc:  # a connection broken in flight
+                status, body = 0, {"error": str(exc)}
+            results.append((status, json.dumps(body)[:600]))
+
+    threads = [threading.Thread(target=client, daemon=True) for _ in range(8)]
+    for t in threads:
+        t.start()
+    time.sleep(3)
+    vault = {"ANSIBLE_VAULT_PASSWORD_FILE": cluster.vault_password_file} if cluster.vault_password_file else {}
+    env = {k: v for k, v in os.environ.items() if k not in ("LLMB_RUN_ID", "LLMB_ARTIFACTS_DIR")} | vault
+    run_id = f"pd-stop-{int(time.time() * 1000)}"
+    inv = pd["inventory"]
+    stop = subprocess.run([str(ROOT / ".venv/bin/llmb"), "stop", "-i", str(inv), "--group", "decode_nodes",
+                           "-e", f"weights_hf_endpoint={cluster.hf_url}", "-e", "serve_drain_s=5", "--run-id", run_id],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    done.set()
+    for t in threads:
+        t.join(60)
+    try:
+        assert stop.returncode == 0, stop.stdout[-4000:] + stop.stderr[-2000:]
+        rec = json.loads((ROOT / "artifacts" / run_id / "stop" / "node2.json").read_text())
+        assert [d[0] for d in rec["drained"]] == [worker], rec
+        assert cluster.node("node2", "systemctl", "is-active", decode["name"], check=False).stdout.strip() != "active"
+        ok = sum(1 for st, _ in results if st == 200)
+        refused = [b for st, b in results if refused_by_router(st, b)]
+        broken = [(st, b) for st, b in results if st != 200 and not refused_by_router(st, b)]
+        print(f"\n[pd stop under load] {len(results)} requests: {ok} ok, {len(broken)} failed in flight, "
+              f"{len(refused)} refused after the decode group left rotation; drain {rec['drained']}")
+        assert ok > 0 and broken == [], broken[:5]
+        # the same without the drain (systemctl stop, as a plain stop would), for comparison: printed
+        start_decode("1")
+        results.clear()
+        done.clear()
+        threads = [threading.Thread(target=client, daemon=True) for _ in range(8)]
+        for t in threads:
+            t.start()
+        time.sleep(3)
+        cluster.node("node2", "systemctl", "stop", decode["name"], check=False)
+        time.sleep(5)
+        done.set()
+        for t in threads:
+            t.join(60)
+        plain_ok = sum(1 for st, _ in results if st == 200)
+        plain_refused = [b for st, b in results if refused_by_router(st, b)]
+        plain_broken = [(st, b) for st, b in results if st != 200 and not refused_by_router(st, b)]
+        print(f"[pd stop without a drain] {len(results)} requests: {plain_ok} ok, {len(plain_broken)} failed in "
+              f"flight {sorted({f'{st} {b[:80]}' for st, b in plain_broken})[:3]}, {len(plain_refused)} refused after")
+    finally:
+        start_decode("0")
 
 
 def test_decode_group_down_is_reported_by_host_and_group(cluster, pd):

@@ -143,3 +143,41 @@ def test_llmb_up_writes_no_planted_secret(planted_cluster):
             res = subprocess.run(["docker", "exec", f"{NAME}-{node}", "grep", "-rlsF", planted[name], *NODE_DIRS],
                                  capture_output=True, text=True, check=False)
             assert res.stdout.strip() == "", (node, name, res.stdout)
+
+
+def test_llmb_collect_archive_holds_no_planted_secret(planted_cluster, tmp_path):
+    """`llmb collect` after the bring-up (issue 27, point 5): the support archive and every file the
+    run wrote hold none of the planted values; the archive's verify part is what `hwfacts --bundle`
+    reads, with the same verdict as the raw bundle the run collected."""
+    import tarfile
+
+    inv, vault_pass, _hub, planted = planted_cluster
+    run_id = f"collect-secrets-{int(time.time())}"
+    env = {k: v for k, v in os.environ.items() if k not in ("LLMB_RUN_ID", "LLMB_ARTIFACTS_DIR")}
+    env.update(HF_TOKEN=planted["HF_TOKEN"], AWS_SECRET_ACCESS_KEY=planted["AWS_SECRET_ACCESS_KEY"],
+               ANSIBLE_VAULT_PASSWORD_FILE=str(vault_pass), LANG="C.UTF-8", LC_ALL="C.UTF-8")
+    t0 = time.time()
+    res = llmb("collect", "-i", str(inv), "--run-id", run_id, env=env, timeout=900)
+    run_dir = ROOT / "artifacts" / run_id
+    assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-2000:]
+    archive = run_dir / f"llmb-collect-{run_id}.tar.gz"
+    assert f"archive:        {archive}" in res.stdout
+    with tarfile.open(archive) as tar:
+        tar.extractall(tmp_path, filter="data")
+    top = tmp_path / f"llmb-collect-{run_id}"
+    members = [p for p in top.rglob("*") if p.is_file()]
+    for node in ("node1", "node2"):
+        host = top / "hosts" / node
+        assert (host / "versions.json").is_file() and (host / "kernel.log").is_file(), sorted(members)
+        assert any((host / "journal").glob("llmb-*.service.log")) and any((host / "units").glob("llmb-*.service"))
+    assert (top / "index.html").is_file() and (top / "deployment.json").is_file()
+    assert subprocess.run(["sha256sum", "--quiet", "-c", "SHA256SUMS"], cwd=top, capture_output=True).returncode == 0
+    found = leaks(written_files(run_dir, t0, ["node1", "node2"]) + members, planted, ROOT)
+    assert found == set(), sorted(found)
+    # the verify part: hwfacts --bundle reads it and judges it as it judges the run's raw bundle
+    hw = [str(ROOT / ".venv/bin/python"), str(ROOT / "scripts/hwfacts"), "--bundle"]
+    got = subprocess.run([*hw, str(top / "verify"), "--platform", "h800-hgx8"], capture_output=True, text=True)
+    raw = subprocess.run([*hw, str(run_dir / "bundle"), "--platform", "h800-hgx8"], capture_output=True, text=True)
+    assert got.returncode in (0, 1) and got.returncode == raw.returncode, got.stderr[-2000:]
+    assert json.loads(got.stdout) == json.loads(raw.stdout)
+    assert sorted(r["host"] for r in json.loads(got.stdout)) == ["node1", "node2"]

@@ -9,16 +9,18 @@ problems is answered as enginesim.gsm8k says, right for a configurable fraction)
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
+import os
 import threading
 import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from . import gsm8k
-from .runtime import Log, serve_in_thread, wait_for_signal
+from . import gsm8k, kimiformat
+from .runtime import Log, request_seconds, serve_in_thread, wait_for_signal
 
 
 @dataclass
@@ -35,6 +37,16 @@ class ApiConfig:
     # vLLM's --api-key / VLLM_API_KEY: a Bearer token required on /v1/* (401 without), /health open
     api_keys: list[str] = field(default_factory=list)
     pd: Any = None  # pd.PdWorker of a prefill/decode worker (SGLang --disaggregation-mode)
+    # the format the served checkpoint writes (kimiformat.model_format of its config.json): answers go
+    # through the server's parsers as raw text of that format; None: structured directly
+    model_format: str | None = None
+    # the server takes images (a vision tower in config.json, not served --language-model-only)
+    vision: bool = False
+    # vLLM's native multi-node rank 0: () -> why the group lost a node, or None. The real vLLM 0.26.0
+    # keeps /health 200 after a node is lost, fails the next request with 500 (its collective meets
+    # the dead ranks: "NCCL error: remote process exited") and its API then exits with status 0
+    # (docs/examples/serve-real-multinode/faults/kill-rank/)
+    group_lost: Any = None
 
 
 def _words(text: str) -> int:
@@ -47,6 +59,33 @@ def _text_of(content) -> str:
     if isinstance(content, list):
         return " ".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
     return ""
+
+
+def _images(messages: list) -> list[str]:
+    """The image_url URLs of the messages' content parts (OpenAI multimodal chat)."""
+    out = []
+    for m in messages:
+        content = m.get("content") if isinstance(m, dict) else None
+        for part in content if isinstance(content, list) else []:
+            if isinstance(part, dict) and part.get("type") == "image_url":
+                url = part.get("image_url")
+                out.append(str(url.get("url") if isinstance(url, dict) else url or ""))
+    return out
+
+
+def _image_size(url: str) -> tuple[int, int]:
+    """(width, height) of a data: URL PNG; ApiError 400 for an image the server cannot read."""
+    head, _, data = url.partition(",")
+    if not head.startswith("data:image/") or ";base64" not in head:
+        raise ApiError(400, f"enginesim reads only data:image/...;base64 URLs (no network), got {url[:40]!r}",
+                       "BadRequestError", "messages")
+    try:
+        raw = base64.b64decode(data, validate=True)
+    except ValueError:
+        raise ApiError(400, "the image's base64 data is not valid", "BadRequestError", "messages") from None
+    if raw[:8] != b"\x89PNG\r\n\x1a\n" or raw[12:16] != b"IHDR":
+        raise ApiError(400, "cannot identify image file (enginesim reads PNG)", "BadRequestError", "messages")
+    return int.from_bytes(raw[16:20], "big"), int.from_bytes(raw[20:24], "big")
 
 
 def _sample(schema: dict):
@@ -105,6 +144,11 @@ def chat_completion(cfg: ApiConfig, req: dict) -> dict:
         ),
         "",
     )
+    images = _images(messages)
+    if images and not cfg.vision:
+        raise ApiError(400, f"{cfg.served_names[0]} takes no image input (a text-only model, or served with "
+                       "--language-model-only)", "BadRequestError", "messages")
+    sizes = [_image_size(u) for u in images]
     digest = hashlib.sha256(json.dumps(messages, sort_keys=True).encode()).hexdigest()[:12]
     tools = req.get("tools") or []
     choice = req.get("tool_choice", "auto" if tools else "none")
@@ -135,10 +179,28 @@ def chat_completion(cfg: ApiConfig, req: dict) -> dict:
             ]
             finish = "tool_calls"
     if finish == "stop":
+        seen = "".join(f" [an image of {w}x{h}]" for w, h in sizes)
         message["content"] = gsm8k.answer(last_user) or (
-            f"[{cfg.served_names[0]}] deterministic answer {digest} to: {last_user[:200]}")
+            f"[{cfg.served_names[0]}] deterministic answer {digest} to: {last_user[:200]}{seen}")
     if cfg.reasoning_parser and "no_reasoning" not in cfg.faults:
         message["reasoning_content"] = f"The user wrote {_words(last_user)} words; answer {digest} follows."
+    if cfg.model_format and not isinstance(choice, dict):
+        # the model's own text, read by the server's parsers (a parser of another format finds nothing)
+        calls = [{"name": c["function"]["name"], "arguments": json.loads(c["function"]["arguments"])}
+                 for c in message["tool_calls"]]
+        # the double's model thinks when the server reads thinking (as the other paths of this function)
+        thought = (f"The user wrote {_words(last_user)} words; answer {digest} follows."
+                   if cfg.reasoning_parser and "no_reasoning" not in cfg.faults else None)
+        raw = kimiformat.render(cfg.model_format, thought,
+                                message["content"], calls)
+        reasoning, text, parsed = kimiformat.parse(cfg.tool_call_parser if tool_calling_enabled(cfg) else None,
+                                                   cfg.reasoning_parser, raw)
+        message["tool_calls"] = parsed
+        message["content"] = text or None
+        message.pop("reasoning_content", None)
+        if reasoning is not None:
+            message["reasoning_content"] = reasoning
+        finish = "tool_calls" if parsed else "stop"
     prompt_tokens = sum(_words(_text_of(m.get("content"))) for m in messages if isinstance(m, dict))
     completion_tokens = _words(message.get("content") or "") + _words(message.get("reasoning_content") or "")
     return {
@@ -264,9 +326,22 @@ class ApiServer:
                     req = json.loads(raw or b"{}")
                 except ValueError:
                     return self._send(400, ApiError(400, "invalid JSON body", "BadRequestError").body())
+                lost = outer.cfg.group_lost() if outer.cfg.group_lost and self.path in (
+                    "/v1/chat/completions", "/v1/completions") else None
+                if lost:
+                    outer.log.error(f"RuntimeError: NCCL error: remote process exited or there was a network error "
+                                    f"({lost})", "multiproc_executor.py:1007")
+                    self._send(500, {"error": {"message": "EngineCore encountered an issue. See stack trace (above) "
+                                               "for the root cause.", "type": "InternalServerError", "param": None,
+                                               "code": 500}})
+                    outer.log.raw("INFO:     Application shutdown complete.")
+                    threading.Timer(0.2, os._exit, args=(0,)).start()  # the real API exits 0 here
+                    return None
                 try:
                     if outer.cfg.pd is not None and self.path in ("/v1/chat/completions", "/v1/completions"):
                         outer.cfg.pd.before_chat(req)
+                    if self.path in ("/v1/chat/completions", "/v1/completions") and request_seconds() > 0:
+                        time.sleep(request_seconds())  # generating
                     if self.path == "/v1/chat/completions":
                         resp = chat_completion(outer.cfg, req)
                         if req.get("stream"):

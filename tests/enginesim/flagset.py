@@ -80,10 +80,11 @@ def read_overlay(directory: Path, engine: str, version: str) -> dict:
     return overlay
 
 
-def load(engine: str, version: str | None = None) -> dict:
+def load(engine: str, version: str | None = None, command: tuple[str, ...] | None = None) -> dict:
     """The merged flag set of an engine: the generated <engine>-<version>.yml plus hand/<engine>.yml.
 
-    The version: argument, env LLMB_ENGINESIM_VERSION_<ENGINE>, the version of the installed
+    ``command``: only the releases launched by that command (KTransformers 0.3.x's server, not 0.7's
+    SGLang). The version: argument, env LLMB_ENGINESIM_VERSION_<ENGINE>, the version of the installed
     distribution this double stands in for (when a set of it ships), else the newest shipped one.
     """
     directory = data_dir()
@@ -93,7 +94,8 @@ def load(engine: str, version: str | None = None) -> dict:
         docs[path.stem] = doc
     env_key = "LLMB_ENGINESIM_VERSION_" + engine.upper().replace("-", "_")
     version = version or os.environ.get(env_key)
-    mine = {n: d for n, d in docs.items() if d.get("engine") == engine}
+    mine = {n: d for n, d in docs.items() if d.get("engine") == engine
+            and (command is None or tuple(d.get("command") or ()) == tuple(command))}
     if not mine:
         raise SystemExit(f"enginesim: no flag set for {engine} in {directory}")
     if version:
@@ -171,15 +173,26 @@ def parse(fs: dict, argv: list[str], max_positionals: int | None = None) -> tupl
         for s in spec.get("negation", []):
             strings[s] = (canon, True)
 
+    negations = {}  # spelled-out negations (--no-x, vLLM 0.33's --disable-x) and hidden ones (--no-enable-x)
+    for canon, spec in fs["flags"].items():
+        for s in [*spec.get("negation", []), *spec.get("negation_hidden", [])]:
+            negations[s] = canon
+        for s in spec.get("aliases_hidden", []):
+            alias[s] = canon
+
     def spell(tok: str):
         if tok in alias:
             return alias[tok], False
+        if tok in negations:
+            return negations[tok], True
+        if underscores and tok.startswith("--") and "--" + tok[2:].replace("_", "-") in negations:
+            return negations["--" + tok[2:].replace("_", "-")], True
         if underscores and tok.startswith("--"):
             dashed = "--" + tok[2:].replace("_", "-")
             if dashed in alias:
                 return alias[dashed], False
-        if tok.startswith("--no-"):
-            base = spell("--" + tok[5:])
+        if tok.startswith("--no-") and not any(fs["flags"][c].get("negation_hidden") for c in fs["flags"]):
+            base = spell("--" + tok[5:])  # (a release that lists its hidden negations names each one)
             if base and not base[1] and fs["flags"][base[0]]["type"] == "bool":
                 return base[0], True
         if fs.get("allow_abbrev") and tok.startswith("--") and len(tok) > 2:

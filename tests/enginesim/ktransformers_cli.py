@@ -15,7 +15,8 @@ PROG = "kvcache.ai"
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    fs = flagset.load("ktransformers")
+    # the releases that run this server (0.3.x); 0.5+ runs under `python -m sglang.launch_server`
+    fs = flagset.load("ktransformers", command=("python", "-m", "ktransformers.server.main"))
     try:
         args = flagset.parse_strict(fs, argv)
     except flagset.UsageError as err:

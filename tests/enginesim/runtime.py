@@ -47,6 +47,12 @@ def load_seconds() -> float:
     return env_float("LLMB_ENGINESIM_LOAD_SECONDS", 1.0)
 
 
+def request_seconds() -> float:
+    """How long each completion takes (default 0): requests that are in flight long enough for a
+    drain to matter (llmb stop under a bench)."""
+    return env_float("LLMB_ENGINESIM_REQUEST_SECONDS", 0.0)
+
+
 def connect_timeout() -> float:
     return env_float("LLMB_ENGINESIM_CONNECT_TIMEOUT", 30.0)
 
@@ -202,7 +208,10 @@ def check_model_config(log: Log, fs: dict, model_dir: Path, config: dict, trust_
     """Fail the way the engine does on a config.json it cannot load (facts from the flag set)."""
     mtype = config.get("model_type")
     supported = fs.get("supports_model_types") or []
-    if supported and mtype not in supported:
+    # the release's own registry decides first: an architecture it registers loads (Kimi-K2.5's
+    # KimiK25ForConditionalGeneration, Kimi-K3's KimiK3ForConditionalGeneration), whatever model_type says
+    registered = set(fs.get("architectures") or []) & set(config.get("architectures") or [])
+    if supported and mtype not in supported and not registered:
         die(
             log,
             f"ValueError: The checkpoint you are trying to load has model type `{mtype}` but "

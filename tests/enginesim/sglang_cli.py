@@ -6,7 +6,7 @@ import os
 import sys
 import time
 
-from . import flagset, runtime
+from . import flagset, kimiformat, runtime
 from .api import ApiConfig, serve_until_signal
 
 PROG = "launch_server.py"
@@ -80,6 +80,8 @@ def main(argv: list[str] | None = None) -> int:
         reasoning_parser=args.get("--reasoning-parser"),
         tool_call_parser=args.get("--tool-call-parser"),
         faults=faults,
+        model_format=kimiformat.model_format(config),
+        vision=isinstance(config.get("vision_config"), dict) and not args.get("--language-model-only"),
     )
     host = args.get("--host") or "127.0.0.1"
     mode = args.get("--disaggregation-mode") or "null"

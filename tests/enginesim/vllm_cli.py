@@ -7,7 +7,7 @@ import os
 import sys
 import time
 
-from . import flagset, runtime
+from . import flagset, kimiformat, runtime
 from .api import ApiConfig, ApiServer
 
 USAGE = "usage: vllm serve [model_tag] [options]"
@@ -114,12 +114,12 @@ def serve(fs: dict, engine: str, args: dict, pos: list[str], log: runtime.Log) -
     if nnodes > 1:  # vLLM's own multi-node launch: node rank 0 serves, the others run --headless
         if int(args.get("--node-rank", 0)) > 0 or args.get("--headless"):
             return _native_follower(args, nnodes, world, devices, log)
-        _native_master(args, nnodes, tp, pp, world, devices, log)
+        master_rdv = _native_master(args, nnodes, tp, pp, world, devices, log)
     elif args.get("--headless"):
         return _headless(args, dp, dp_local, world, devices, log)
 
     if nnodes > 1:
-        pass  # joined above
+        pass  # joined above (master_rdv)
     elif dp > dp_local:
         _dp_master(args, dp, dp_local, world, devices, log)
     else:
@@ -151,6 +151,10 @@ def serve(fs: dict, engine: str, args: dict, pos: list[str], log: runtime.Log) -
         auto_tool_choice=bool(args.get("--enable-auto-tool-choice")),
         faults=faults,
         api_keys=_api_keys(fs, args),
+        model_format=kimiformat.model_format(config),
+        vision=isinstance(config.get("vision_config"), dict) and not args.get("--language-model-only"),
+        group_lost=(lambda: (f"node rank {master_rdv.left[0].get('node_rank')} is gone" if master_rdv.left else None))
+        if nnodes > 1 else None,
     )
     host = args.get("--host") or "0.0.0.0"
     port = int(args.get("--port", 8000))
@@ -314,10 +318,11 @@ def _native_master(args, nnodes, tp, pp, world, devices, log):
         _store_error(log, f"RuntimeError: node ranks {[0, *ranks]} do not cover 0..{nnodes - 1} "
                           f"(each --node-rank once)")
     log.info(f"All {nnodes} nodes joined (TP {tp} x PP {pp} = {world} ranks)", "parallel_state.py:1")
-    # a node that dies later is NOT noticed: the real vLLM 0.26.0's node rank 0 stayed up, silent, with
-    # /health 200, for the two minutes after node 2's engine was killed (SIGKILL to its process group)
-    # on the lent 4x H200 (docs/examples/serve-real-multinode/faults/kill-rank/): an idle engine runs
-    # no collective. The loss is the group's to see (llmb-group: the lost unit's ExecStopPost=)
+    # a node that dies later is NOT noticed while idle: the real vLLM 0.26.0's node rank 0 stayed up,
+    # silent, with /health 200, for the two minutes after node 2's engine was killed (SIGKILL to its
+    # process group) on the lent 4x H200 (docs/examples/serve-real-multinode/faults/kill-rank/): an
+    # idle engine runs no collective. The next request fails with 500 and the API exits 0 (ApiConfig.
+    # group_lost). The loss is the group's to see (llmb-group, the serve role's group check)
     return rdv
 
 

@@ -27,6 +27,11 @@ BECOME_PLAYS = {
     ("playbooks/serve.yml", "Serve the model"),
     # the SSH mesh mpirun uses is root's (/etc/llmb/ssh-mesh, 0700): the fabric tests, nothing else of verify
     ("playbooks/verify.yml", FABRIC_PLAY),
+    # day two (docs/day-two.md): status reads root's units and docker; stop/start drive the units
+    ("playbooks/status.yml", "Status of every node's planned services"),
+    ("playbooks/collect.yml", "Collect each node's units, journals, engine and kernel logs and versions"),
+    ("playbooks/stop.yml", "Stop the planned services in reverse plan order, drained first where a router can"),
+    ("playbooks/start.yml", "Start the planned services in plan order, with health"),
 }
 TASK_LISTS = ("tasks", "pre_tasks", "post_tasks", "handlers", "block", "rescue", "always")
 

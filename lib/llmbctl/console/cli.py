@@ -5,6 +5,8 @@
     llmb plan -i INV [launch-plan args]  scripts/launch-plan (no host contacted)
     llmb recover NODE -i INV [--accept-hostkey SHA256:...]
     llmb report RUN                      (re)write report.{json,md,html} of artifacts/RUN
+    llmb up -i INV --check               dry run, then the plan diff against the applied lock
+    llmb rollback -i INV [--to N|--list] re-apply an earlier applied lock (console/upgrade.py)
 
 Ansible's full output (stdout) and every event (job_events/) stay under
 artifacts/<run-id>/runner/. Plain ansible-playbook keeps working: this only drives it.
@@ -31,7 +33,8 @@ from llmb.stages import BY_NAME
 
 from llmbctl import REPO_ROOT
 
-from . import runenv
+from ..lockhistory import HistoryError
+from . import daytwo, runenv, upgrade
 from .progress import FAILED, OK, RUNNING, UNREACHABLE, Progress
 
 ROOT = Path(os.environ.get("LLMB_ROOT") or REPO_ROOT)
@@ -99,9 +102,24 @@ def _inventory(value: str) -> str:
     return str(path.resolve())
 
 
-def run_playbook(playbook: str, inventory: str, extra: list[str], run_id: str, expect: list[str] | None,
-                 title: str, quiet: bool = False) -> int:
-    """Run one playbook of the repository through ansible-runner; live progress; the report."""
+def new_run_id(value: str | None) -> str:
+    """--run-id / LLMB_RUN_ID, checked; else the UTC time."""
+    run_id = value or _dt.datetime.now(_dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+    if not _RUN_ID.match(run_id):
+        raise UsageError(f"--run-id / LLMB_RUN_ID {run_id!r}: letters, digits and . _ + : - only")
+    return run_id
+
+
+def run_playbook(playbook: str | list[str], inventory: str, extra: list[str], run_id: str, expect: list[str] | None,
+                 title: str, quiet: bool = False, options: list[str] | None = None, ident: str | None = None,
+                 report: bool = True, command: str | None = None, progress: Progress | None = None) -> int:
+    """Run playbooks of the repository through ansible-runner; live progress; the report.
+
+    options: more ansible-playbook options (--check, --limit; checked by the caller); ident: the
+    runner's name for this call (several calls of one run: artifacts/<run>/runner/artifacts/<ident>);
+    report: False for a step of a longer run (exit status from Ansible alone, the report comes at the
+    end); command: the day-two command's column in the live table; progress: a table to draw into."""
+    ident = ident or run_id
     try:
         import ansible_runner
         from rich.console import Console
@@ -116,14 +134,15 @@ def run_playbook(playbook: str, inventory: str, extra: list[str], run_id: str, e
     extra, secret_vars = runenv.split_extra(extra)
     for v in extra:
         argv += ["-e", v]
-    argv.append(playbook)  # after the options: scripts/llmb-playbook passes them all to ansible-playbook
+    argv += list(options or [])
+    argv += [playbook] if isinstance(playbook, str) else list(playbook)  # after the options: scripts/llmb-playbook passes them all to ansible-playbook
     plain, secret = runenv.split(os.environ)
     channel = runenv.SecretChannel(secret, secret_vars)
     env = {"LLMB_RUN_ID": run_id, "LLMB_ARTIFACTS_DIR": str(run_dir), "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
            "ANSIBLE_NOCOLOR": "1", "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}",
            **channel.env}
-    progress = Progress()
-    console = Console(stderr=False)
+    progress = progress or Progress(command=command)
+    console = Console(stderr=quiet)  # quiet (--json): the table and the lines after it on stderr
     t0 = time.monotonic()
     with Live(render(progress, title), console=console, refresh_per_second=4, transient=False,
               auto_refresh=console.is_terminal) as live:
@@ -137,7 +156,7 @@ def run_playbook(playbook: str, inventory: str, extra: list[str], run_id: str, e
             # ansible_runner.run, with the environment it seeded from os.environ cut to what the run needs
             r = ansible_runner.interface.init_runner(
                 private_data_dir=str(private), project_dir=str(ROOT), binary=str(ROOT / "scripts/llmb-playbook"),
-                cmdline=shlex.join(argv), envvars=env, ident=run_id, quiet=True, suppress_env_files=True,
+                cmdline=shlex.join(argv), envvars=env, ident=ident, quiet=True, suppress_env_files=True,
                 event_handler=handler, settings={"suppress_ansible_output": True})
             r.config.env = runenv.runner_env(r.config.env, os.environ, plain, env)
             r.run()
@@ -146,10 +165,13 @@ def run_playbook(playbook: str, inventory: str, extra: list[str], run_id: str, e
         progress.settle()
         live.update(render(progress, f"{title}  {time.monotonic() - t0:.0f}s"))
     console.print()
-    out = private / "artifacts" / run_id / "stdout"
+    out = private / "artifacts" / ident / "stdout"
     for (stage, host), c in progress.cells.items():
         if c.status in (FAILED, UNREACHABLE):
             console.print(f"[bold red]{stage} on {host}[/]: {c.error}", markup=True, highlight=False, soft_wrap=True)
+    if not report:
+        console.print(f"ansible output: {out}", soft_wrap=True)
+        return 0 if r.rc == 0 else 1
     try:
         rep = write_report(str(run_dir), expect) if run_dir.is_dir() else None
     except ReportError as e:
@@ -193,13 +215,20 @@ def main(argv: list[str] | None = None) -> int:
         sp.add_argument("-i", "--inventory", required=True)
         sp.add_argument("-e", "--extra-vars", action="append", default=[], metavar="NAME=VALUE")
         sp.add_argument("--run-id", default=os.environ.get("LLMB_RUN_ID"))
+        if name == "up":  # issue 27: the plan diff first, group by group (console/upgrade.py)
+            sp.add_argument("--check", action="store_true",
+                            help="dry run (--check --diff), then the plan diff against the applied lock")
+    upgrade.add_parsers(sub, os.environ.get("LLMB_RUN_ID"))
     sp = sub.add_parser("plan", help="the launch plan, no host contacted: scripts/launch-plan")
     sp.add_argument("-i", "--inventory", required=True)
     sp.add_argument("rest", nargs=argparse.REMAINDER)
     sp = sub.add_parser("report", help="(re)write report.{json,md,html} of a run")
     sp.add_argument("run", help="run id (artifacts/<run>) or its directory")
+    daytwo.add_parsers(sub)
     a = ap.parse_args(argv)
     try:
+        if a.cmd in daytwo.COMMANDS:
+            return daytwo.main(a, sys.modules[__name__])
         if a.cmd == "plan":
             return subprocess.call([str(ROOT / "scripts/launch-plan"), "-i", _inventory(a.inventory), *a.rest])
         if a.cmd == "report":
@@ -207,12 +236,12 @@ def main(argv: list[str] | None = None) -> int:
             rep = write_report(str(d))
             print(f"verdict: {rep['verdict']}\nreport:  {d / 'report.html'}")
             return 0 if rep["ok"] else 1
-        run_id = a.run_id or _dt.datetime.now(_dt.UTC).strftime("%Y%m%dT%H%M%SZ")
-        if not _RUN_ID.match(run_id):
-            raise UsageError(f"--run-id / LLMB_RUN_ID {run_id!r}: letters, digits and . _ + : - only")
+        run_id = new_run_id(a.run_id)
         inv, extra = _inventory(a.inventory), _check_extra(a.extra_vars)
         if a.cmd == "up":
-            return run_playbook("site.yml", inv, extra, run_id, PIPELINE_STAGES, f"llmb up {run_id}")
+            return upgrade.up(run_playbook, inv, extra, run_id, ROOT, f"llmb up {run_id}", a.check)
+        if a.cmd == "rollback":
+            return upgrade.rollback(run_playbook, a, inv, extra, run_id, ROOT)
         if a.cmd == "verify":
             return run_playbook("playbooks/verify.yml", inv, extra, run_id, ["verify"], f"llmb verify {run_id}")
         extra = [f"llmb_recover_host={a.node}", *extra]
@@ -221,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
 
             extra.append(f"llmb_recover_hostkey={check_fingerprint(a.accept_hostkey, '--accept-hostkey')}")
         return run_playbook("playbooks/recover.yml", inv, extra, run_id, PIPELINE_STAGES, f"llmb recover {a.node} {run_id}")
-    except (UsageError, ReportError, ValueError) as e:
+    except (UsageError, ReportError, ValueError, HistoryError) as e:
         print(f"llmb: {e}", file=sys.stderr)
         return 2
 

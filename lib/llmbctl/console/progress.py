@@ -73,6 +73,12 @@ class Progress:
     weights: dict[str, Weights] = field(default_factory=dict)
     stage: str | None = None
     ok: bool | None = None  # the playbook's own outcome (playbook_on_stats)
+    # a day-two command (status, stop, start, collect): its tasks, whatever role they come from, are its column
+    command: str | None = None
+
+    def stage_of(self, task_path: str) -> str | None:
+        stage = stage_of(task_path)
+        return self.command if self.command and task_path and stage != "preflight" else stage
 
     def cell(self, stage: str, host: str) -> Cell:
         if host not in self.hosts and host != "localhost":
@@ -92,9 +98,9 @@ class Progress:
             self.ok = not any(bad.values())
             return
         host = data.get("host")
-        stage = stage_of(data.get("task_path") or "") or self.stage
-        if kind == "playbook_on_task_start" and stage_of(data.get("task_path") or ""):
-            new = stage_of(data["task_path"])
+        stage = self.stage_of(data.get("task_path") or "") or self.stage
+        if kind == "playbook_on_task_start" and self.stage_of(data.get("task_path") or ""):
+            new = self.stage_of(data["task_path"])
             if self.stage and new != self.stage:
                 self.close_stage(self.stage)  # a stage ends where the next one starts
             self.stage = new

@@ -38,6 +38,13 @@ FORMAT_NOTE = [
 ]
 
 
+# what a platform plugin's walk does where the plugin cannot load (its wheel or its sdist mode alike)
+PLUGIN_FALLBACK = ("Where the plugin cannot load (no CANN here: its platform and general plugins import torch_npu), "
+                   "the parser walked is the paired vLLM release's with the plugin's entry points off (VLLM_PLUGINS), "
+                   "the load error recorded under 'plugin'; what the plugin changes at platform load is then not in "
+                   "this file")
+
+
 @dataclass(frozen=True)
 class EngineSpec:
     engine: str  # data/engines name prefix
@@ -53,6 +60,8 @@ class EngineSpec:
     note: str = ""
     # False: the package index holds no installable release (a stub, another package): source mode only
     on_index: bool = True
+    # what `uv pip install` is given instead of <dist>==<version> ({version} filled in): an extra
+    install: str | None = None
 
 
 ENGINES: dict[str, EngineSpec] = {
@@ -73,12 +82,48 @@ ENGINES: dict[str, EngineSpec] = {
         python="3.11",
         note="vllm-ascend is an Ascend platform plugin with x86 wheels on the package index, installed here "
              "beside the vLLM release it pairs with, without its dependencies (its torch-npu pin needs CANN). "
-             "Where the plugin cannot load (no CANN here: its platform and general plugins import torch_npu), "
-             "the parser walked is the paired vLLM release's with the plugin's entry points off (VLLM_PLUGINS), "
-             "the load error recorded under 'plugin'; what the plugin changes at platform load is then not in "
-             "this file"),
+             + PLUGIN_FALLBACK),
+    # the prefill/decode routers the SGLang plans start (hand/sglang.yml pd_router): their own parsers
+    "sglang-router": EngineSpec(
+        "sglang-router", "sglang-router", "sglang-router", "python -m sglang_router.launch_router",
+        ("python", "-m", "sglang_router.launch_router"),
+        note="SGLang's PD router package; the parser walked is the one its launch_router.parse_router_args builds "
+             "(RouterArgs.add_cli_args), which the check also runs on each planned router argv"),
+    "smg": EngineSpec(
+        "smg", "smg", "smg", "python -m smg.launch_router", ("python", "-m", "smg.launch_router"),
+        note="the successor of sglang-router (Shepherd Model Gateway); walked as sglang-router"),
 }
 DIST_TO_ENGINE = {s.dist: s.engine for s in ENGINES.values()}
+
+# Releases of an engine that another program launches: (first release, its spec), oldest first.
+# KTransformers from 0.5 is the kt-kernel CPU-expert library under SGLang's server (the package index's
+# ktransformers 0.7.2 holds no ktransformers/server, only a module and `Requires-Dist: kt-kernel==0.7.2`,
+# `sglang-kt==0.7.2; extra == "sglang"`): its CLI is `python -m sglang.launch_server` of sglang-kt (an
+# SGLang fork that adds the --kt-* options), walked as SGLang's (ServerArgs.add_cli_args).
+RELEASE_FORMS: dict[str, tuple[tuple[str, EngineSpec], ...]] = {
+    "ktransformers": (
+        ("0.5", EngineSpec(
+            "ktransformers", "ktransformers", "sglang", "python -m sglang.launch_server",
+            ("python", "-m", "sglang.launch_server"), python="3.12", install="ktransformers[sglang]=={version}",
+            note="KTransformers 0.5+ runs inside SGLang: ktransformers[sglang] from the package index installs "
+                 "kt-kernel and sglang-kt of the same version; the parser walked is sglang-kt's "
+                 "`python -m sglang.launch_server` (ServerArgs.add_cli_args) with its --kt-* options")),
+    ),
+}
+
+
+def release_spec(eng: EngineSpec, version: str) -> EngineSpec:
+    """The spec of one release: the newest RELEASE_FORMS entry at or before ``version``, else ``eng``."""
+    chosen = eng
+    for since, spec in RELEASE_FORMS.get(eng.engine, ()):
+        if version_key(version) >= version_key(since):
+            chosen = spec
+    return chosen
+
+
+def spec_of(engine: str, version: str) -> EngineSpec:
+    """ENGINES[engine] as the release ``version`` is installed, walked and launched."""
+    return release_spec(ENGINES[engine], version)
 
 _SPEC = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([0-9][0-9A-Za-z.+-]*)$")
 
@@ -95,20 +140,27 @@ def parse_spec(spec: str) -> tuple[EngineSpec, str]:
     eng = ENGINES.get(name) or ENGINES.get(DIST_TO_ENGINE.get(name, ""))
     if eng is None:
         raise ExtractError(f"release {spec!r}: unknown engine {name!r}; known: {', '.join(sorted(ENGINES))}")
-    return eng, version
+    return release_spec(eng, version), version
 
 
 # ----------------------------------------------------------------------------- doc building
 
 
 def _canonical(opt: dict) -> str:
-    strings = [s for s in opt["option_strings"] if s not in opt.get("secondary_opts", [])]
+    strings = [s for s in opt["option_strings"] if s not in opt.get("secondary_opts", [])
+               and s not in opt.get("negative_option_strings", [])]
     dashed = "--" + str(opt.get("dest", "")).replace("_", "-")
     if dashed in strings:
         return dashed
     longs = [s for s in strings if s.startswith("--") and not (
         opt["action"] == "BooleanOptionalAction" and s.startswith("--no-"))]
     return (longs or strings or opt["option_strings"])[0]
+
+
+# argparse actions that take --x and a negation: BooleanOptionalAction (--no-x) and vLLM 0.33's
+# EnableDisableAction (--enable-x / --disable-x, --no-enable-x hidden): the action records which
+# strings negate (negative_option_strings)
+BOOL_ACTIONS = ("BooleanOptionalAction", "EnableDisableAction")
 
 
 def _kind(opt: dict) -> str:
@@ -122,7 +174,7 @@ def _kind(opt: dict) -> str:
         if isinstance(nargs, int) and nargs > 1:
             return "list"
         return {"integer": "int", "float": "float"}.get(str(opt.get("type")), "str")
-    if action == "BooleanOptionalAction":
+    if action in BOOL_ACTIONS:
         return "bool"
     if action in ("_HelpAction", "_VersionAction") and nargs != "?":
         return "flag"
@@ -164,10 +216,14 @@ def flags_from_options(options: list[dict]) -> tuple[dict[str, dict[str, Any]], 
         canon = _canonical(opt)
         kind = _kind(opt)
         strings.update(opt["option_strings"])
+        hidden = list(opt.get("hidden_option_strings") or [])
+        strings.update(hidden)
         negs: list[str] = []
         if kind == "bool":
             if opt["action"].startswith("click."):
                 negs = list(opt.get("secondary_opts") or [])
+            elif "negative_option_strings" in opt:
+                negs = [s for s in opt["option_strings"] if s in opt["negative_option_strings"]]
             else:
                 negs = [s for s in opt["option_strings"] if s.startswith("--no-") and s != canon]
         aliases = sorted(s for s in opt["option_strings"] if s != canon and s not in negs)
@@ -176,6 +232,12 @@ def flags_from_options(options: list[dict]) -> tuple[dict[str, dict[str, Any]], 
             spec["aliases"] = aliases
         if negs:
             spec["negation"] = sorted(negs)
+        if hidden:  # accepted, out of the help: negations where the action says so, else aliases
+            neg_hidden = sorted(s for s in hidden if s in (opt.get("negative_option_strings") or []))
+            if neg_hidden:
+                spec["negation_hidden"] = neg_hidden
+            if sorted(set(hidden) - set(neg_hidden)):
+                spec["aliases_hidden"] = sorted(set(hidden) - set(neg_hidden))
         for key in ("nargs", "choices", "default", "const"):
             if opt.get(key) is not None:
                 spec[key] = opt[key]
@@ -201,7 +263,7 @@ def build_doc(raw: dict, eng: EngineSpec, version: str, requirements: dict[str, 
               generator: dict[str, Any]) -> dict[str, Any]:
     flags, count = flags_from_options(raw["options"])
     strings = {s for o in raw["options"] if o["action"] not in ("_HelpAction", "_VersionAction")
-               for s in o["option_strings"]}
+               for s in [*o["option_strings"], *(o.get("hidden_option_strings") or [])]}
     pos = raw.get("positionals") or []
     positional = None
     if pos:
@@ -327,18 +389,199 @@ def make_venv(eng: EngineSpec, version: str, work: Path, log=print) -> Path:
     uv = _uv()
     venv = work / "venv"
     base, base_version = paired(eng, version)
+    sdist = None
+    if base is not eng:
+        entry = sdist_only(eng.dist, version)
+        if entry is not None:
+            log(f"{eng.dist}=={version}: the package index holds {entry['filename']} only (no wheel): sdist mode")
+            sdist = fetch_sdist(eng, version, entry, work)
+            if sdist.base_version != base_version:
+                log(f"{sdist.filename} pairs with {base.dist}=={sdist.base_version} ({'; '.join(sdist.pins)})")
+            base_version = sdist.base_version
     log(f"venv {venv} (python {eng.python})")
     _run([uv, "venv", "-q", "--python", _python(eng.python), str(venv)], env, "uv venv")
     py = str(venv / "bin" / "python")
-    log(f"installing {base.dist}=={base_version} (uv pip install)")
-    _run([uv, "pip", "install", "-q", "--python", py, f"{base.dist}=={base_version}", *base.extra], env,
-         f"uv pip install {base.dist}=={base_version}")
-    if base is not eng:
+    log(f"installing {base.install.format(version=base_version) if base.install else base.dist + '==' + base_version}"
+        " (uv pip install)")
+    want = base.install.format(version=base_version) if base.install else f"{base.dist}=={base_version}"
+    _run([uv, "pip", "install", "-q", "--python", py, want, *base.extra], env, f"uv pip install {want}")
+    if base is not eng and sdist is not None:
+        log(f"copying {eng.dist}=={version}'s Python package and metadata from {sdist.filename} (sdist mode)")
+        install_sdist_files(sdist, venv)
+    elif base is not eng:
         log(f"installing {eng.dist}=={version} without its dependencies (uv pip install --no-deps)")
         _run([uv, "pip", "install", "-q", "--python", py, "--no-deps", f"{eng.dist}=={version}"], env,
              f"uv pip install --no-deps {eng.dist}=={version}")
     shutil.rmtree(work / "uv-cache", ignore_errors=True)
+    shutil.rmtree(work / "sdist", ignore_errors=True)
     return venv
+
+
+# ----------------------------------------------------------------------------- sdist mode (a platform plugin)
+#
+# A platform plugin release that the package index holds as an sdist only (vllm-ascend 0.23.0.post1): its build
+# compiles Ascend kernels against CANN and torch-npu, which this machine has not. The sdist is downloaded from the
+# URL the index lists and checked against the index's sha256; the vLLM release it pairs with is read from the
+# sdist's own files (PAIR_PINS, every one found must agree); its Python package and its metadata (the PKG-INFO and
+# the egg-info entry points setuptools wrote into the sdist) are copied into the venv as a dist-info, so vLLM finds
+# its entry points and the plugin probe tries to load it exactly as it would an installed wheel.
+
+INDEX_URL = "https://pypi.org/simple"
+# where a vllm-ascend sdist names the vLLM release it runs on: (file, pattern whose group 1 is the version)
+PAIR_PINS: dict[str, tuple[tuple[str, str], ...]] = {
+    "vllm-ascend": (("docs/source/conf.py", r'^\s*"pip_vllm_version":\s*"v?([0-9][0-9A-Za-z.+-]*)"'),
+                    ("Dockerfile", r"^ARG VLLM_TAG=v?([0-9][0-9A-Za-z.+-]*)\s*$")),
+}
+
+
+@dataclass(frozen=True)
+class Sdist:
+    filename: str
+    sha256: str
+    url: str
+    root: Path  # the unpacked tree (<name>-<version>/)
+    pins: tuple[str, ...]  # "<file>:<line>: <text>" of each pin read
+    base_version: str
+
+
+def index_files(dist: str, version: str) -> list[dict[str, Any]]:
+    """The files the package index lists for <dist>==<version> (its simple JSON API, PEP 691):
+    [{filename, url, hashes}]. $LLMB_INDEX_URL overrides the index."""
+    import urllib.request
+
+    base = os.environ.get("LLMB_INDEX_URL") or INDEX_URL
+    name = re.sub(r"[-_.]+", "-", dist).lower()
+    req = urllib.request.Request(f"{base.rstrip('/')}/{name}/",
+                                 headers={"Accept": "application/vnd.pypi.simple.v1+json"})
+    try:
+        with urllib.request.urlopen(req, timeout=60) as resp:  # noqa: S310 - the configured index, https
+            doc = json.load(resp)
+    except (OSError, ValueError) as err:
+        raise ExtractError(f"reading the package index's file list of {dist} failed: {err}") from err
+    norm = re.sub(r"[-_.]+", "_", dist).lower()
+    out = []
+    for f in doc.get("files") or []:
+        fn = str(f.get("filename", ""))
+        if fn.endswith(".tar.gz"):  # <name>-<version>.tar.gz
+            n, _, v = fn[: -len(".tar.gz")].rpartition("-")
+        else:  # <name>-<version>-<tags>.whl
+            n, v = (fn.split("-") + ["", ""])[:2]
+        if re.sub(r"[-_.]+", "_", n).lower() == norm and v == version:
+            out.append(f)
+    return out
+
+
+def sdist_only(dist: str, version: str) -> dict[str, Any] | None:
+    """The sdist entry of a release the index holds without any wheel; None when it has a wheel."""
+    files = index_files(dist, version)
+    if not files:
+        raise ExtractError(f"the package index lists no file of {dist}=={version}")
+    if any(str(f["filename"]).endswith(".whl") for f in files):
+        return None
+    sdists = [f for f in files if str(f["filename"]).endswith(".tar.gz")]
+    if not sdists:
+        raise ExtractError(f"the package index lists neither a wheel nor an sdist of {dist}=={version}")
+    return sdists[0]
+
+
+def fetch_sdist(eng: EngineSpec, version: str, entry: dict[str, Any], work: Path) -> Sdist:
+    """Download the sdist the index lists, check its sha256, unpack it, read the paired base release."""
+    import hashlib
+    import tarfile
+    import urllib.request
+
+    want = str((entry.get("hashes") or {}).get("sha256", ""))
+    if not re.fullmatch(r"[0-9a-f]{64}", want):
+        raise ExtractError(f"the package index gives no sha256 for {entry.get('filename')}")
+    dest = work / "sdist"
+    dest.mkdir(parents=True, exist_ok=True)
+    path = dest / Path(str(entry["filename"])).name
+    try:
+        with urllib.request.urlopen(str(entry["url"]), timeout=600) as resp, open(path, "wb") as fh:  # noqa: S310
+            shutil.copyfileobj(resp, fh)
+    except OSError as err:
+        raise ExtractError(f"downloading {entry['filename']} failed: {err}") from err
+    got = hashlib.sha256(path.read_bytes()).hexdigest()
+    if got != want:
+        raise ExtractError(f"{entry['filename']}: sha256 {got}, the package index says {want}")
+    with tarfile.open(path) as tf:
+        tf.extractall(dest, filter="data")
+    roots = [d for d in dest.iterdir() if d.is_dir()]
+    if len(roots) != 1:
+        raise ExtractError(f"{entry['filename']}: expected one top directory, found {len(roots)}")
+    pins, versions = [], set()
+    for rel, pattern in PAIR_PINS.get(eng.engine, ()):
+        f = roots[0] / rel
+        lines = f.read_text(encoding="utf-8", errors="replace").splitlines() if f.is_file() else []
+        for i, line in enumerate(lines, 1):
+            m = re.match(pattern, line)
+            if m:
+                pins.append(f"{rel}:{i}: {line.strip()}")
+                versions.add(m.group(1))
+                break
+    if len(versions) != 1:
+        raise ExtractError(f"{entry['filename']}: the {eng.pairs_with} release it pairs with is not read from "
+                           f"its files ({', '.join(r for r, _ in PAIR_PINS.get(eng.engine, ()))}): found "
+                           f"{sorted(versions) or 'none'}")
+    return Sdist(path.name, got, str(entry["url"]), roots[0], tuple(pins), versions.pop())
+
+
+def install_sdist_files(sdist: Sdist, venv: Path) -> None:
+    """Copy the sdist's Python packages and its metadata into the venv as <name>-<version>.dist-info
+    (METADATA = PKG-INFO, entry_points.txt and top_level.txt of its egg-info, RECORD of what was copied,
+    INSTALLER naming this mode, SDIST recording the file and its sha256)."""
+    import base64
+    import hashlib
+
+    eggs = sorted(sdist.root.glob("*.egg-info"))
+    if not eggs or not (sdist.root / "PKG-INFO").is_file():
+        raise ExtractError(f"{sdist.filename}: no PKG-INFO / egg-info in the sdist")
+    egg = eggs[0]
+    meta = (sdist.root / "PKG-INFO").read_text(encoding="utf-8")
+    name = re.search(r"^Name:\s*(\S+)", meta, re.M)
+    ver = re.search(r"^Version:\s*(\S+)", meta, re.M)
+    if not name or not ver:
+        raise ExtractError(f"{sdist.filename}: PKG-INFO names no Name / Version")
+    tops = [t.strip() for t in (egg / "top_level.txt").read_text(encoding="utf-8").splitlines() if t.strip()]
+    sites = sorted(venv.glob("lib/python*/site-packages"))
+    if not sites or not tops:
+        raise ExtractError(f"{sdist.filename}: no site-packages in {venv} or no top-level package in the sdist")
+    site = sites[0]
+    info = site / f"{re.sub(r'[-_.]+', '_', name.group(1))}-{ver.group(1)}.dist-info"
+    info.mkdir()
+    files: list[Path] = []
+    for top in tops:
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", top) or not (sdist.root / top).is_dir():
+            raise ExtractError(f"{sdist.filename}: top-level package {top!r} is not a directory of the sdist")
+        shutil.copytree(sdist.root / top, site / top)
+        files += sorted(p for p in (site / top).rglob("*") if p.is_file())
+    (info / "METADATA").write_text(meta, encoding="utf-8")
+    for fn in ("entry_points.txt", "top_level.txt"):
+        if (egg / fn).is_file():
+            shutil.copyfile(egg / fn, info / fn)
+    (info / "INSTALLER").write_text("llmb engine-catalog (sdist mode: files copied, nothing built)\n",
+                                    encoding="utf-8")
+    (info / "SDIST").write_text(json.dumps({"filename": sdist.filename, "sha256": sdist.sha256,
+                                            "url": sdist.url, "pins": list(sdist.pins),
+                                            "base_version": sdist.base_version}, sort_keys=True) + "\n",
+                                encoding="utf-8")
+    rows = []
+    for p in [*files, *sorted(info.iterdir())]:
+        digest = base64.urlsafe_b64encode(hashlib.sha256(p.read_bytes()).digest()).rstrip(b"=").decode()
+        rows.append(f"{p.relative_to(site).as_posix()},sha256={digest},{p.stat().st_size}")
+    rows.append(f"{info.name}/RECORD,,")
+    (info / "RECORD").write_text("\n".join(rows) + "\n", encoding="utf-8")
+
+
+def sdist_record(venv: Path, dist: str, version: str) -> dict[str, Any] | None:
+    """The SDIST record a sdist-mode venv holds for <dist>==<version> (None: installed from a wheel)."""
+    norm = re.sub(r"[-_.]+", "_", dist).lower()
+    for site in sorted(Path(venv).glob("lib/python*/site-packages")):
+        for info in sorted(site.glob(f"*-{version}.dist-info")):
+            name = info.name[: -len(".dist-info")].rpartition("-")[0]
+            if re.sub(r"[-_.]+", "_", name).lower() == norm and (info / "SDIST").is_file():
+                return json.loads((info / "SDIST").read_text(encoding="utf-8"))
+    return None
 
 
 def run_in_venv(venv: Path, args: list[str], stdin: str | None = None, timeout: int = 900,
@@ -365,7 +608,12 @@ def release_requirements_of(venv: Path, eng: EngineSpec, version: str) -> dict[s
     """What the release needs from the node, read from the venv that holds it: a platform plugin's own
     METADATA (its runtime is not a Python package), else the release's (requirements.py)."""
     if eng.pairs_with:
-        return read_plugin_requirements(venv, eng.dist, version)
+        out = read_plugin_requirements(venv, eng.dist, version)
+        rec = sdist_record(venv, eng.dist, version)
+        if rec and out.get("requirements_from"):  # sdist mode: METADATA is the sdist's PKG-INFO
+            info, _, what = out["requirements_from"].partition(": ")
+            out["requirements_from"] = f"{rec['filename']} PKG-INFO (copied as {info}/METADATA): {what}"
+        return out
     return read_requirements(venv, eng.dist, version)
 
 
@@ -380,6 +628,8 @@ def extract_raw(eng: EngineSpec, version: str, venv: Path | None = None, log=pri
             venv = make_venv(eng, version, work, log=log)  # type: ignore[arg-type]
         log("walking the CLI parser")
         raw = run_in_venv(venv, [eng.extractor])
+        if eng.pairs_with and sdist_record(venv, eng.dist, version):
+            raw["sdist"] = sdist_record(venv, eng.dist, version)  # sdist mode: where the plugin came from
         return raw, release_requirements_of(venv, eng, version)
     finally:
         if work is not None:
@@ -390,7 +640,7 @@ def paired(eng: EngineSpec, version: str) -> tuple[EngineSpec, str]:
     """The release actually installed: the base engine's for a platform plugin (0.20.2rc1 -> 0.20.2)."""
     if not eng.pairs_with:
         return eng, version
-    return ENGINES[eng.pairs_with], re.sub(r"(rc|a|b)\d+$", "", version)
+    return ENGINES[eng.pairs_with], re.sub(r"(rc|a|b)\d+$|\.post\d+$", "", version)
 
 
 # Provenance that the walk cannot tell, written into the generated file's generator block.
@@ -415,6 +665,15 @@ RELEASE_NOTES: dict[tuple[str, str], str] = {
         "appends 'ascend' to the choices of --quantization only where that option has choices; vLLM 0.20.2's "
         "has none (any string passes), so `--quantization ascend` passes this set as it would the plugin's "
         "parser."),
+    ("vllm-ascend", "0.23.0.post1"): (
+        "its dependencies torch-npu==2.10.0.post4, triton-ascend==3.2.2, memfabric_hybrid==1.2.0 and "
+        "memcache_hybrid==1.2.0 (Requires-Dist of its PKG-INFO) are not installed, its C++/Ascend C kernels "
+        "(csrc, CMakeLists.txt) not built. Not applied, so not in this file: the plugin's global patches "
+        "(vllm_ascend/patch/platform, applied by adapt_patch in NPUPlatform.pre_register_and_update). That "
+        "method (vllm_ascend/platform.py:184 of the sdist) appends 'ascend' to the choices of --quantization "
+        "only where that option has choices; vLLM 0.23.0's has none (any string passes), so `--quantization "
+        "ascend` passes this set as it would the plugin's parser; the plugin adds no option of its own (no "
+        "add_argument in vllm_ascend)."),
     ("ktransformers", "0.3.2"): (
         "the tag v0.3.2 of kvcache-ai/ktransformers is commit 495ae374780bff7aeb4c5742b8a6a13ec1eca221 "
         "(2025-07-01, 'Merge pull request #1407 from kvcache-ai/v0.3.2'); the tree is `git archive v0.3.2 "
@@ -506,7 +765,20 @@ def extract(spec: str, out_dir: Path, log=print, venv: Path | None = None, sourc
         raw, reqs = extract_raw(eng, version, venv=venv, log=log)
         method = "installed from the package index; parser walked in the release's own venv"
         release = f"{base.dist}=={base_version}"
-    if base is not eng:
+        if base.install:  # another program's parser (KTransformers 0.5+: SGLang's)
+            release = base.install.format(version=base_version)
+            method += f": {base.note}"
+    if base is not eng and raw.get("sdist"):
+        rec = raw["sdist"]
+        base_version = rec["base_version"]
+        release = f"{eng.dist}=={version} with {base.dist}=={base_version}"
+        method = (f"sdist mode: the package index holds {eng.dist} {version} as an sdist only, {rec['filename']} "
+                  f"sha256 {rec['sha256']}; building it compiles Ascend kernels against CANN and torch-npu, so "
+                  f"nothing is built: its Python package and metadata (PKG-INFO as METADATA, the entry points "
+                  f"of its egg-info) are copied into one venv beside {base.dist}=={base_version} installed from "
+                  f"the package index, the release it pairs with read from the sdist's own files ("
+                  + "; ".join(rec["pins"]) + f"). {PLUGIN_FALLBACK}")
+    elif base is not eng:
         release = f"{eng.dist}=={version} with {base.dist}=={base_version}"
         method = f"both installed from the package index into one venv: {eng.note}"
     if requirements:
@@ -527,18 +799,17 @@ def extract(spec: str, out_dir: Path, log=print, venv: Path | None = None, sourc
 
 
 def diff_sets(old: dict, new: dict) -> dict[str, list[str]]:
-    """Option strings removed and added between two generated sets."""
+    """Option strings removed and added between two generated sets (the hidden ones included: a
+    string the parser still accepts is not removed), and those the newer set hides from its help."""
+    from ..engines.registry import option_strings
 
-    def strings(doc: dict) -> set[str]:
-        out = set()
-        for canon, spec in doc.get("flags", {}).items():
-            out.add(canon)
-            out.update(spec.get("aliases", []))
-            out.update(spec.get("negation", []))
-        return out
-
-    a, b = strings(old), strings(new)
-    return {"removed": sorted(a - b), "added": sorted(b - a)}
+    a, b = option_strings(old), option_strings(new)
+    hidden = {s for spec in new.get("flags", {}).values()
+              for s in [*spec.get("aliases_hidden", []), *spec.get("negation_hidden", [])]}
+    out = {"removed": sorted(a - b), "added": sorted(b - a)}
+    if hidden:
+        out["hidden"] = sorted(hidden)
+    return out
 
 
 def shipped(cat: Any) -> dict[str, list[str]]:

@@ -32,6 +32,7 @@ from . import (
     release_requirements_of,
     render,
     run_in_venv,
+    spec_of,
     write_atomic,
 )
 
@@ -102,19 +103,41 @@ def planned_cases(root: Path, inventories: list[Path], data_dir: Path | None = N
             for host in planned.to_list():
                 for svc in host["services"]:
                     argv = [str(a) for a in svc.get("argv") or []]
+                    router = _router_case(cat, inv.name, host["host"], svc, argv)
+                    if router is not None:  # the PD router: the release its package pin names
+                        cases.append(router)
+                        continue
                     for key in (engine, "ray"):
-                        spec = ENGINES.get(key)
-                        if spec is None:
-                            continue
-                        args = split_command(argv, list(spec.command))
-                        if args is None:
+                        if key not in ENGINES:
                             continue
                         ver = version if key == engine else _ray_version(cat)
                         if ver is None:
                             continue
+                        args = split_command(argv, list(spec_of(key, ver).command))
+                        if args is None:
+                            continue
                         cases.append(Case(f"{inv.name}/{host['host']}/{svc['name']}", inv.name, key, ver, args))
                         break
     return cases, summary
+
+
+ROUTERS = ("sglang-router", "smg")
+
+
+def _router_case(cat: Any, inventory: str, host: str, svc: dict[str, Any], argv: list[str]) -> Case | None:
+    """A PD router's argv as a case for the router release the service installs (its package pin,
+    e.g. sglang-router==0.3.2), when that release ships a set; None for any other service."""
+    for key in ROUTERS:
+        args = split_command(argv, list(ENGINES[key].command))
+        if args is None:
+            continue
+        pins = [str(p).partition("==")[2] for p in svc.get("packages") or []
+                if str(p).partition("==")[0] == ENGINES[key].dist]
+        version = pins[0] if pins else (cat.newest_version(key) or None)
+        if version is None or version not in cat.flagset_versions(key):
+            return None
+        return Case(f"{inventory}/{host}/{svc['name']}", inventory, key, version, args)
+    return None
 
 
 def _ray_version(cat: Any) -> str | None:
@@ -124,7 +147,7 @@ def _ray_version(cat: Any) -> str | None:
 
 def _render_again(engine: str, version: str, venv: Path, shipped: dict, source: Path | None) -> str:
     """The file text a regeneration from ``venv`` writes (same generator block as the shipped file)."""
-    eng = ENGINES[engine]
+    eng = spec_of(engine, version)
     raw = run_in_venv(venv, [eng.extractor], source=source)
     if source is not None:
         reqs = shipped.get("requirements", {})  # not read from this venv (source mode: no release installed)
@@ -165,7 +188,7 @@ def check_release(engine: str, version: str, cases: list[Case], venv_dir: Path |
     entry {"regenerated": ...}: the shipped set regenerated from that venv, compared byte for byte."""
     import json
 
-    eng = ENGINES[engine]
+    eng = spec_of(engine, version)
     payload = json.dumps([{"id": c.id + f"@{version}", "args": c.args} for c in cases])
 
     def run(venv: Path) -> list[dict[str, Any]]:

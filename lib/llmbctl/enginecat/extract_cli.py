@@ -76,6 +76,9 @@ def type_name(tp, depth: int = 0) -> str | None:
 
 def walk_argparse(parser: argparse.ArgumentParser) -> dict:
     options, positionals = [], []
+    registered: dict = {}  # action -> every option string the parser matches to it
+    for string, act in parser._option_string_actions.items():
+        registered.setdefault(id(act), []).append(string)
     for act in parser._actions:
         rec = {
             "option_strings": list(act.option_strings),
@@ -89,6 +92,14 @@ def walk_argparse(parser: argparse.ArgumentParser) -> dict:
             "const": norm(act.const) if act.const is not None else None,
             "help_suppressed": act.help == argparse.SUPPRESS,
         }
+        # strings the parser still matches but keeps out of the action's list and its help (vLLM 0.33's
+        # EnableDisableAction: --no-enable-x beside --enable-x / --disable-x)
+        hidden = sorted(set(registered.get(id(act), [])) - set(act.option_strings))
+        if hidden:
+            rec["hidden_option_strings"] = hidden
+        negative = getattr(act, "negative_option_strings", None)  # the strings that set the dest False
+        if negative is not None:
+            rec["negative_option_strings"] = sorted(negative)
         (options if act.option_strings else positionals).append(rec)
     return {
         "style": "argparse",
@@ -177,12 +188,22 @@ def vllm_parser():
         from vllm.utils.argparse_utils import FlexibleArgumentParser
     except ImportError:
         from vllm.utils import FlexibleArgumentParser
-    try:
-        from vllm.entrypoints.openai.cli_args import make_arg_parser
-    except ImportError:  # moved in later releases (0.32: vllm.entrypoints.launchers.cli_args)
-        from vllm.entrypoints.launchers.cli_args import make_arg_parser
+    return vllm_make_arg_parser()(FlexibleArgumentParser(prog="vllm serve"))
 
-    return make_arg_parser(FlexibleArgumentParser(prog="vllm serve"))
+
+def vllm_make_arg_parser():
+    """vLLM's make_arg_parser wherever the release keeps it: vllm.entrypoints.openai.cli_args (to
+    0.31), vllm.entrypoints.launchers.cli_args (0.32), vllm.entrypoints.common.cli_args (0.33)."""
+    import importlib
+
+    errors = []
+    for mod in ("vllm.entrypoints.openai.cli_args", "vllm.entrypoints.launchers.cli_args",
+                "vllm.entrypoints.common.cli_args"):
+        try:
+            return importlib.import_module(mod).make_arg_parser
+        except (ImportError, AttributeError) as exc:
+            errors.append(f"{mod}: {type(exc).__name__}: {exc}")
+    raise ImportError("no make_arg_parser in " + "; ".join(errors))
 
 
 def plugin_probe() -> dict:
@@ -199,9 +220,7 @@ def plugin_probe() -> dict:
             from vllm.utils.argparse_utils import FlexibleArgumentParser
         except ImportError:
             from vllm.utils import FlexibleArgumentParser
-        from vllm.entrypoints.openai.cli_args import make_arg_parser
-
-        make_arg_parser(FlexibleArgumentParser(prog="vllm serve"))
+        vllm_make_arg_parser()(FlexibleArgumentParser(prog="vllm serve"))
         return {"loaded": True, "platform": platform}
     except Exception as exc:  # noqa: BLE001 - the error is the finding
         frames = traceback.extract_tb(exc.__traceback__)
@@ -244,9 +263,7 @@ def vllm_plugin_parser(dist: str = "vllm-ascend"):
         from vllm.utils.argparse_utils import FlexibleArgumentParser
     except ImportError:
         from vllm.utils import FlexibleArgumentParser
-    from vllm.entrypoints.openai.cli_args import make_arg_parser
-
-    return make_arg_parser(FlexibleArgumentParser(prog="vllm serve")), record
+    return vllm_make_arg_parser()(FlexibleArgumentParser(prog="vllm serve")), record
 
 
 def vllm_registries() -> dict:
@@ -487,6 +504,40 @@ def ktransformers_parser():
     raise RuntimeError("ktransformers.server.args.ArgumentParser.parse_args built no parser")
 
 
+ROUTER_MODULES = {"sglang-router": "sglang_router.launch_router", "smg": "smg.launch_router"}
+
+
+def router_parser(engine: str):
+    """The parser a PD router's `python -m <module>` builds (its parse_router_args), captured at parse_args."""
+    import importlib
+
+    class Captured(Exception):
+        pass
+
+    mod = importlib.import_module(ROUTER_MODULES[engine])
+    real_parse = argparse.ArgumentParser.parse_args
+
+    def capture(self, *a, **k):
+        raise Captured(self)
+
+    argparse.ArgumentParser.parse_args = capture
+    try:
+        mod.parse_router_args([])
+    except Captured as got:
+        return got.args[0]
+    finally:
+        argparse.ArgumentParser.parse_args = real_parse
+    raise RuntimeError(f"{ROUTER_MODULES[engine]}.parse_router_args built no parser")
+
+
+def router_check(engine: str, argv: list[str]) -> None:
+    """What `python -m <module>` does with argv before it starts anything: the module's own
+    parse_router_args (the parser, then RouterArgs.from_cli_args: the --prefill URL [PORT] pairs)."""
+    import importlib
+
+    importlib.import_module(ROUTER_MODULES[engine]).parse_router_args(list(argv))
+
+
 def probe(parser, argv: list[str]):
     """The dests that parse_args(argv) sets differently from parse_args([]); None when refused."""
     import contextlib
@@ -553,7 +604,20 @@ def check(engine: str) -> int:
 
     cases = json.load(sys.stdin)
     results = []
-    if engine in ("vllm", "vllm-ascend", "sglang", "ktransformers"):
+    if engine in ROUTER_MODULES:
+        for case in cases:
+            err = io.StringIO()
+            with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+                try:
+                    router_check(engine, case["args"])
+                    ok, msg = True, ""
+                except SystemExit as exc:
+                    ok = exc.code == 0
+                    msg = (err.getvalue().strip().splitlines() or [f"exit {exc.code}"])[-1]
+                except Exception as exc:  # noqa: BLE001 - a refusal of from_cli_args is a finding too
+                    ok, msg = False, f"{type(exc).__name__}: {exc}"
+            results.append({"id": case["id"], "ok": ok, "error": msg})
+    elif engine in ("vllm", "vllm-ascend", "sglang", "ktransformers"):
         parser = {"vllm": vllm_parser, "sglang": sglang_parser, "ktransformers": ktransformers_parser,
                   "vllm-ascend": lambda: vllm_plugin_parser()[0]}[engine]()
         for case in cases:
@@ -607,6 +671,9 @@ def main(argv: list[str]) -> int:
         doc.update(sglang_registries())
     elif engine == "ktransformers":
         parser = ktransformers_parser()
+        doc = walk_argparse(parser)
+    elif engine in ROUTER_MODULES:
+        parser = router_parser(engine)
         doc = walk_argparse(parser)
     elif engine == "ray":
         doc = walk_click(ray_command())

@@ -24,6 +24,8 @@ import struct
 from pathlib import Path
 from typing import Any
 
+from llmb.finding import Finding
+
 CUDA_MIN_DRIVER: dict[int, str] = {11: "450.80.02", 12: "525.60.13", 13: "580.65.06"}
 
 
@@ -56,22 +58,23 @@ def driver_from_query(text: str | None) -> str | None:
 
 
 def driver_finding(release: str, requirements: dict[str, Any] | None, driver: str | None,
-                   vendor: str | None = "nvidia") -> dict[str, Any] | None:
-    """The check 'can this node's driver run the chosen release' as verify (engine.driver) and preflight
-    report it: {ok, expected, found, hint}; None when it does not apply (not NVIDIA, no CUDA major)."""
+                   vendor: str | None = "nvidia") -> Finding | None:
+    """The check 'can this node's driver run the chosen release' (engine.driver) as verify and preflight
+    report it; None when it does not apply (not NVIDIA, no CUDA major)."""
     req = requirements or {}
     if vendor != "nvidia" or req.get("cuda_major") is None:
         return None
     cuda = req["cuda_major"]
     need = req.get("nvidia_driver_min") or CUDA_MIN_DRIVER.get(int(cuda)) or "?"
     problem = driver_problem(driver, cuda) if driver else {"found": "not reported"}
-    return {
-        "ok": problem is None,
-        "expected": f"NVIDIA driver >= {need} for {release} (links libcudart.so.{cuda})",
-        "found": driver or "not reported",
-        "hint": f"{release} needs CUDA {cuda}: install NVIDIA driver >= {need} and reboot, or choose an engine "
-                "release built for this driver (llmb_engine_version; `scripts/launch-plan --engine-versions`)",
-    }
+    return Finding(
+        "engine.driver",
+        ok=problem is None,
+        expected=f"NVIDIA driver >= {need} for {release} (links libcudart.so.{cuda})",
+        found=driver or "not reported",
+        fix=f"{release} needs CUDA {cuda}: install NVIDIA driver >= {need} and reboot, or choose an engine "
+            "release built for this driver (llmb_engine_version; `scripts/launch-plan --engine-versions`)",
+    )
 
 
 # ----------------------------------------------------------------------------- ELF DT_NEEDED

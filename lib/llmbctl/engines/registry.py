@@ -95,13 +95,24 @@ class FlagSet:
     allow_abbrev: bool = False
     # environment variable the engine reads its API key from (hand overlay); None: flag only
     api_key_env: str | None = None
+    # option string of another shipped release of this engine -> (dest, negated, that release): the
+    # same parser destination under another spelling (vLLM 0.33's --disable-x is 0.32's --no-enable-x)
+    elsewhere: dict[str, tuple[str, bool, str, str]] = field(default_factory=dict)  # ... kind there
+    # the hand overlay's environment variables that became flags (VLLM_ALL2ALL_BACKEND -> --all2all-backend)
+    env_renamed: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # the model architectures the release registers (generated set); [] when its walk cannot tell
+    architectures: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self._alias: dict[str, str] = {}
+        self._negation: dict[str, str] = {}  # a negation the release spells out (--disable-x) -> canonical
         for canon, spec in self.flags.items():
             self._alias[canon] = canon
-            for alias in spec.get("aliases", []):
+            for alias in [*spec.get("aliases", []), *spec.get("aliases_hidden", [])]:
                 self._alias[alias] = canon
+            if spec.get("type") == "bool":
+                for neg in [*spec.get("negation", []), *spec.get("negation_hidden", [])]:
+                    self._negation[neg] = canon
 
     # lookups --------------------------------------------------------------------------
     def spec(self, canon: str) -> dict[str, Any]:
@@ -136,6 +147,11 @@ class FlagSet:
         canon = self._spell(token)
         if canon is not None:
             return canon, False
+        neg = self._negation.get(token)
+        if neg is None and self.underscore_equivalent and token.startswith("--"):
+            neg = self._negation.get("--" + token[2:].replace("_", "-"))
+        if neg is not None:
+            return neg, True
         if token.startswith("--no-") or (self.underscore_equivalent and token.startswith("--no_")):
             base = self._spell("--" + token[5:])
             if base is not None and self.flags[base]["type"] == "bool":
@@ -174,6 +190,32 @@ class FlagSet:
         last = max(i for i in having if i < mine)
         return "removed", order[last + 1]
 
+    def translate(self, token: str) -> tuple[str, bool, str] | None:
+        """(canonical flag, negated, release) for a spelling this release lacks but another shipped
+        release of the engine parses into a destination this release has (read from the generated
+        sets, no list kept by hand): vLLM 0.33.0's ``--disable-prefix-caching`` is
+        ``--no-enable-prefix-caching`` on 0.32.0, its ``--enable-custom-all-reduce`` is
+        ``--no-disable-custom-all-reduce``. A negation is translated only onto a flag with a negation
+        (bool); a plain spelling only onto a flag of the same kind. None otherwise."""
+        if self.resolve(token) is not None:
+            return None
+        hit = self.elsewhere.get(token)
+        if hit is None and self.underscore_equivalent and token.startswith("--"):
+            hit = self.elsewhere.get("--" + token[2:].replace("_", "-"))
+        if hit is None:
+            return None
+        dest, negated, release, kind_there = hit
+        mine = [c for c, spec in self.flags.items() if spec.get("dest") == dest]
+        if len(mine) != 1:
+            return None
+        canon = mine[0]
+        kind = self.flags[canon]["type"]
+        if negated and kind != "bool":
+            return None
+        if not negated and kind != kind_there and not {kind, kind_there} <= NO_VALUE_TYPES:
+            return None
+        return canon, negated, release
+
     def takes_value(self, canon: str) -> bool:
         return self.flags[canon]["type"] in VALUE_TYPES
 
@@ -184,8 +226,9 @@ class FlagSet:
             return []
         if kind == "flag":
             return [canon] if value else []
-        if kind == "bool":
-            return [canon] if value else ["--no-" + canon[2:]]
+        if kind == "bool":  # the release's own negation: --no-x, or --disable-x (vLLM 0.33)
+            negation = (self.flags[canon].get("negation") or ["--no-" + canon[2:]])[0]
+            return [canon] if value else [negation]
         if kind == "list":
             items = value if isinstance(value, (list, tuple)) else [value]
             return [canon, *(_scalar(v) for v in items)]
@@ -209,12 +252,13 @@ def load_flagset(data: EngineData, engine: str, version: str) -> FlagSet | None:
 
 
 def option_strings(doc: dict[str, Any]) -> frozenset[str]:
-    """Every option string of a generated set: canonical names, aliases, --no- forms."""
+    """Every option string of a generated set: canonical names, aliases, negations (--no-x, vLLM 0.33's
+    --disable-x), and the strings the parser accepts but hides from its help (--no-enable-x)."""
     out: set[str] = set()
     for canon, spec in (doc.get("flags") or {}).items():
         out.add(canon)
-        out.update(spec.get("aliases") or [])
-        out.update(spec.get("negation") or [])
+        for key in ("aliases", "negation", "aliases_hidden", "negation_hidden"):
+            out.update(spec.get(key) or [])
     return frozenset(out)
 
 
@@ -267,10 +311,21 @@ def flagset_from_doc(data: EngineData, name: str, doc: dict[str, Any]) -> FlagSe
     engine, version = str(gen["engine"]), str(gen["version"])
     hand = overlay_for(data, engine, version)
     releases: dict[str, frozenset[str]] = {}
-    for ver in data.flagset_versions(engine):
+    elsewhere: dict[str, tuple[str, bool, str, str]] = {}
+    for ver in reversed(data.flagset_versions(engine)):  # newest first: its meaning of a spelling wins
         other = data.flagset_doc(f"{engine}-{ver}")
-        if other is not None:
-            releases[ver] = option_strings(_generated(data, f"{engine}-{ver}", other))
+        if other is None:
+            continue
+        other = _generated(data, f"{engine}-{ver}", other)
+        releases[ver] = option_strings(other)
+        if ver == version:
+            continue
+        for canon, spec in (other.get("flags") or {}).items():
+            for s in [canon, *spec.get("aliases", []), *spec.get("aliases_hidden", [])]:
+                elsewhere.setdefault(s, (str(spec.get("dest")), False, ver, spec.get("type")))
+            for s in [*spec.get("negation", []), *spec.get("negation_hidden", [])]:
+                elsewhere.setdefault(s, (str(spec.get("dest")), True, ver, spec.get("type")))
+    releases = dict(reversed(list(releases.items())))  # oldest first, as changed_in reads them
     return FlagSet(
         engine=engine,
         version=version,
@@ -293,4 +348,7 @@ def flagset_from_doc(data: EngineData, name: str, doc: dict[str, Any]) -> FlagSe
         rewrites=list(gen.get("rewrites") or []),
         allow_abbrev=bool(gen.get("allow_abbrev", False)),
         api_key_env=hand.get("api_key_env") or None,
+        elsewhere=elsewhere,
+        env_renamed=dict(hand.get("env_renamed") or {}),
+        architectures=list(gen.get("architectures") or []),
     )

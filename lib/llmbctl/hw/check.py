@@ -3,7 +3,7 @@
     from llmbctl.hw.check import parse_checked
     res = parse_checked(text)                 # or parse_checked(text, kind="nvidia-smi-q")
     res.facts                                 # the parser's dict (None when the capture was refused)
-    res.findings                              # [Finding(severity, line, text, message)], capture line numbers
+    res.findings                              # [Finding.capture(severity, line, text, message)], capture line numbers
     res.ok                                    # facts and no error finding
 
 parse() (llmb.hw.kinds) keeps its contract: the facts of one tool output or ParseError. parse_checked
@@ -25,12 +25,11 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 
+from llmb.finding import ERROR, WARNING, Finding
 from llmb.hw._matrix import DEVICE_RE, read_first_matrix
-from llmb.hw._text import ANSI_RE, BOM, Finding, ParseError, split_capture
+from llmb.hw._text import ANSI_RE, BOM, ParseError, split_capture
 from llmb.hw.kinds import KINDS, detect_content, detect_kind
 
-ERROR = "error"
-WARNING = "warning"
 _SHOWN = 120  # characters of a capture line quoted in a finding
 
 
@@ -72,7 +71,7 @@ def decode_capture(data: bytes) -> tuple[str, list[Finding]]:
         line = data[: exc.start].count(b"\n") + 1
         text = data.decode("utf-8", errors="replace")
         shown = text.split("\n")[line - 1][:_SHOWN]
-        return text, [Finding(ERROR, line, shown, f"bytes that are not UTF-8 ({data[exc.start:exc.end]!r}; damaged capture?)")]
+        return text, [Finding.capture(ERROR, line, shown, f"bytes that are not UTF-8 ({data[exc.start:exc.end]!r}; damaged capture?)")]
 
 
 class _Capture:
@@ -94,7 +93,7 @@ class _Capture:
 
     def add(self, severity: str, body_line: int | None, message: str) -> None:
         line = body_line + self.offset if body_line else None
-        self.findings.append(Finding(severity, line, self.text_of(body_line), message))
+        self.findings.append(Finding.capture(severity, line, self.text_of(body_line), message))
 
     def cut(self, body_line: int | None, message: str) -> None:
         """A capture cut short: an error, a warning when the capture says it is an excerpt."""
@@ -129,14 +128,14 @@ def _sanitize(cap_text: str, findings: list[Finding]) -> str:
     for at, what in ((residue_at, "terminal escape sequences / control characters removed"),
                      (cr_at, "carriage returns removed")):
         if at:
-            findings.append(Finding(WARNING, at, out[at - 1].strip()[:_SHOWN], what + " (first on this line)"))
+            findings.append(Finding.capture(WARNING, at, out[at - 1].strip()[:_SHOWN], what + " (first on this line)"))
     return "\n".join(out)
 
 
 def _replacement_chars(lines: list[str], offset: int, findings: list[Finding]) -> None:
     for n, ln in enumerate(lines, 1):
         if "\ufffd" in ln:
-            findings.append(Finding(ERROR, n + offset, ln.strip()[:_SHOWN],
+            findings.append(Finding.capture(ERROR, n + offset, ln.strip()[:_SHOWN],
                                     "U+FFFD replacement character: bytes that were not UTF-8 (damaged capture?)"))
             break
 
@@ -150,7 +149,7 @@ def parse_checked(text: str, kind: str | None = None, command: str | None = None
     findings: list[Finding] = []
     if text.startswith(BOM):
         text = text[len(BOM):]
-        findings.append(Finding(WARNING, 1, text.split("\n", 1)[0].strip()[:_SHOWN], "UTF-8 byte order mark removed"))
+        findings.append(Finding.capture(WARNING, 1, text.split("\n", 1)[0].strip()[:_SHOWN], "UTF-8 byte order mark removed"))
     text = _sanitize(text, findings)
     meta, body = split_capture(text)
     offset = _header_lines(text, body, meta)

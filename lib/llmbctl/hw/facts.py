@@ -10,7 +10,8 @@ from __future__ import annotations
 import os
 import re
 
-from llmb.hw._text import Finding, ParseError, split_capture
+from llmb.finding import Finding
+from llmb.hw._text import ParseError, split_capture
 from llmb.hw.kinds import detect_kind
 
 from .check import parse_checked
@@ -53,7 +54,7 @@ def _parse_all(probes: list[dict]):
         # "capture": the output was read and found damaged; "line" is a line of the bundle file (of the
         # probe's output when it comes from a live run: line_offset 0).
         off = pr.get("line_offset", 0)
-        found = [Finding(f.severity, f.line + off if f.line else None, f.text, f.message) for f in res.errors]
+        found = [Finding.capture(f.severity, f.line + off if f.line else None, f.text, f.message) for f in res.errors]
         if res.facts is None:
             errors.append({"probe": pr["name"], "kind": kind, "cmd": pr.get("cmd"), "rc": pr.get("rc"),
                            "error": f"{kind}: " + "; ".join(str(f) for f in found),

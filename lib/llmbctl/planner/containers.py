@@ -64,7 +64,7 @@ def container_problems(ctx: Context) -> list[Problem]:
             problems.append(
                 Problem(
                     "container",
-                    f"mount {mount!r} is not 'src:dst[:ro]'",
+                    f"llmb_container_mounts: {mount!r} is not 'src:dst[:ro]'",
                     found=mount,
                     fix="write mounts in docker -v syntax",
                 )

@@ -63,7 +63,7 @@ def _plan_inventory(
 ) -> Planned:
     dep, problems = read_deployment(hostvars, groups, host_set)
     if dep is None or problems:
-        raise PlanError(problems, source)
+        raise PlanError(_catalog_choices(problems, data_dir), source)
     ctx, problems = resolve(dep, Catalog(data_dir), default_version=engine_version)
     if ctx is None:
         raise PlanError(problems, source)
@@ -87,6 +87,23 @@ def _plan_inventory(
     ctx.notes.append(topo.describe())
     ctx.notes.extend(ea.notes)
     return Planned(ctx, topo, hosts)
+
+
+# the required knobs whose valid values are the catalog's names (listed when one is left unset)
+CATALOG_NAMES = {"llmb_platform": "platform_names", "llmb_model": "model_names"}
+
+
+def _catalog_choices(problems: list[Problem], data_dir: str | None) -> list[Problem]:
+    """A required catalog name left unset: its expected value lists the names the catalog has."""
+    for p in problems:
+        var = p.message.split(" ", 1)[0]
+        if p.check == "required" and var in CATALOG_NAMES:
+            try:
+                names = getattr(Catalog(data_dir), CATALOG_NAMES[var])()
+            except (OSError, ValueError):
+                continue
+            p.expected = "one of " + ", ".join(names)
+    return problems
 
 
 def plan(

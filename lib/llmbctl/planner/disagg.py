@@ -29,7 +29,7 @@ from . import memory
 from .exposure import confine_listeners
 from .inventory import DISAGG_ROLES as ROLES
 from .inventory import DISAGG_VAR as VAR
-from .inventory import GROUP, Deployment, Node
+from .inventory import GROUP, Deployment, Node, is_address, is_loopback
 from .model import HostPlan, PlanError, Planned, Problem
 from .topology import EVEN_SPLIT, Topology
 from .validation import check_image, check_model, check_model_limits, check_ports, check_resolved
@@ -67,7 +67,7 @@ def _group_nodes(ctx: Any, role: str, cfg: dict[str, Any], problems: list[Proble
     if outside:
         problems.append(_disagg(
             f"hosts of the {role} group {gname!r} are not in {GROUP}", outside[:8],
-            f"make {gname} a child group of {GROUP}"))
+            f"make {gname} a child group of {GROUP}, or set {VAR}.{role}.group to a child group of it"))
     nodes = [by_name[h] for h in members if h in by_name]
     head_name = ctx.dep.head.name
     if head_name in members and ctx.v.get("llmb_head"):
@@ -154,6 +154,43 @@ def _ib_device(ctx: Any, g: Group, node: Node, problems: list[Problem]) -> str |
     return None
 
 
+def _control_plan(ctx: Any, host: str, owner: dict[str, str], rank: int,
+                  problems: list[Problem]) -> HostPlan | None:
+    """The plan of a router host outside accel_nodes (a control node: no engine, no accelerators),
+    or None when the router runs on a node of a group (or cannot run where it is told: a problem)."""
+    if host in owner:
+        return None
+    valid = [n.name for n in ctx.dep.nodes][:8] + sorted(ctx.dep.outside)[:8]
+    if host not in ctx.dep.outside:
+        problems.append(_disagg(
+            f"{VAR}.router.host names {host!r}, which is not a host of the inventory",
+            host, f"set {VAR}.router.host to a node of {GROUP} (default: the prefill group's node 0), or add "
+            f"{host} to hosts.yml outside {GROUP} (a control node, e.g. a group control_nodes)",
+            f"one of {valid}"))
+        return None
+    address = ctx.dep.outside[host]
+    found: list[Problem] = []
+    if ctx.v.get("llmb_install") == "container":
+        found.append(_disagg(
+            f"{VAR}.router.host names the control node {host!r} (outside {GROUP}), which is planned for "
+            "llmb_install: host only (the engine image's container asks for the node's accelerators)",
+            f"llmb_install: container, {VAR}.router.host: {host}",
+            f"set llmb_install: host, or {VAR}.router.host to a node of {GROUP}", "llmb_install: host",
+            host=host))
+    if is_loopback(address) or not is_address(address):
+        found.append(_disagg(
+            f"the control node {host} ({VAR}.router.host) has no address the groups' nodes can reach",
+            address, f"set llmb_node_ip (or ansible_host) of {host} to its address on the cluster network",
+            "an IP address or RFC 1123 host name, not loopback", host=host, check="addresses"))
+    same = [n.name for n in ctx.dep.nodes if n.address == address]
+    if same:
+        found.append(_disagg(
+            f"the control node {host} ({VAR}.router.host) and {same[0]} have the same address", address,
+            f"give {host} its own llmb_node_ip (or ansible_host)", host=host, check="addresses"))
+    problems += found
+    return None if found else HostPlan(host, address, rank, control=True)
+
+
 def plan(ctx: Any, engine: Any, problems: list[Problem], source: str) -> Any:
     """The disaggregated plan: both groups planned by the engine module, the router, one endpoint."""
     cfg = ctx.v.get(VAR) or {}
@@ -173,7 +210,8 @@ def plan(ctx: Any, engine: Any, problems: list[Problem], source: str) -> Any:
                 problems.append(_disagg(
                     f"{n.name} is in both the {owner[n.name]} and the {role} group",
                     f"{n.name} in {cfg.get('prefill', {}).get('group') or 'prefill_nodes'} and {gname}",
-                    "list every node in one group only", host=n.name))
+                    f"list every node in one group only (the groups {VAR}.prefill.group and "
+                    f"{VAR}.decode.group name)", host=n.name))
             owner[n.name] = role
         if nodes:
             k = gcfg.get("instances") or 1
@@ -195,7 +233,8 @@ def plan(ctx: Any, engine: Any, problems: list[Problem], source: str) -> Any:
     if idle:
         problems.append(_disagg(
             f"hosts of {GROUP} are in neither the prefill nor the decode group; they would serve nothing",
-            idle[:8], "put them in one of the groups, or out of accel_nodes"))
+            idle[:8], f"put them in one of the groups ({VAR}.prefill.group / {VAR}.decode.group), or out of "
+            f"{GROUP}"))
     if {g.role for g in groups} != set(ROLES) or problems:
         raise PlanError(problems, source)
 
@@ -220,6 +259,7 @@ def plan(ctx: Any, engine: Any, problems: list[Problem], source: str) -> Any:
         fit = memory.check_fit(g.ctx, topo, ea.values)
         for p in fit:
             p.message = f"the {g.role} group {g.name!r}: {p.message}"
+            p.fix = p.fix.replace("llmb_tensor_parallel or llmb_pipeline_parallel", f"{VAR}.{g.role}.tensor_parallel")
         problems += fit
     if problems:
         raise PlanError(problems, source)
@@ -230,20 +270,24 @@ def plan(ctx: Any, engine: Any, problems: list[Problem], source: str) -> Any:
     for other in groups[1:]:  # one pass over what each instance uses of the others
         problems += engine.pd_agreement(ctx, prefill, other)
     router_cfg = cfg.get("router") or {}
-    router_host = router_cfg.get("host") or prefill.head.name
-    if router_host not in owner:
-        problems.append(_disagg(
-            f"{VAR}.router.host names {router_host!r}, which is not a host of {GROUP}", router_host,
-            f"set {VAR}.router.host to a node of {GROUP} (default: the prefill group's node 0)",
-            f"one of {[n.name for n in ctx.dep.nodes][:8]}"))
-        raise PlanError(problems, source)
+    router_host = str(router_cfg.get("host") or prefill.head.name)
     plans = {hp.host: hp for g in groups for hp in g.plans}
-    router_node = next(n for n in ctx.dep.nodes if n.name == router_host)
+    control = _control_plan(ctx, router_host, owner, len(ctx.dep.nodes), problems)
+    if router_host not in owner and control is None:
+        raise PlanError(problems, source)
+    router_node = (next(n for n in ctx.dep.nodes if n.name == router_host) if control is None
+                   else Node(control.host, control.address, control.rank))
     svc, rproblems = engine.pd_router(ctx, router_node, prefills, decodes, cfg)
     problems += rproblems
+    if control is not None:
+        plans[router_host] = control
+        if svc is not None:
+            svc.notes.append(f"on the control node {router_host} (outside {GROUP}): the engine stage installs "
+                             "the router's package alone there, no engine")
     if svc is not None:
         plans[router_host].services.append(svc)
     ordered = [plans[n.name] for n in ctx.dep.nodes if n.name in plans]
+    ordered += [control] if control is not None else []
     for i, hp in enumerate(ordered):
         hp.rank = i
     confine_listeners(ctx, ordered)

@@ -160,6 +160,13 @@ class EngineArgs:
             self.notes.append(f"{spelled} ({origin}) passed through unchecked (llmb_engine_flags_unchecked)")
             return
         resolved = self.fs.resolve(spelled)
+        moved = self.fs.translate(spelled) if resolved is None else None
+        if moved is not None:  # another shipped release's spelling of a destination this one has
+            canon, negated, release = moved
+            said = canon if not negated else self.fs.render(canon, False)[0]
+            self.notes.append(f"{spelled} ({origin}) of {self.fs.engine} {release} is {said} in "
+                              f"{self.fs.engine} {self.fs.version}; translated")
+            resolved = (canon, negated)
         if resolved is None and self.fs.changed_in(spelled) is not None:
             how, release = self.fs.changed_in(spelled)  # type: ignore[misc]
             if how == "introduced":
@@ -225,7 +232,7 @@ class EngineArgs:
                         check="engine-args-syntax",
                         message=f"stray value {tok!r} without a flag in front of it",
                         found=f"{tokens} in {origin}",
-                        fix="write flags as '--name value' pairs",
+                        fix=f"write flags as '--name value' pairs in {origin}",
                     )
                 )
                 i += 1
@@ -236,6 +243,9 @@ class EngineArgs:
             if renamed and renamed[1].get("to"):
                 target = renamed[1]["to"]
             resolved = self.fs.resolve(target) if target not in self.allow_unchecked else None
+            if resolved is None and target not in self.allow_unchecked:
+                moved = self.fs.translate(target)  # another shipped release's spelling
+                resolved = moved[:2] if moved else None
             takes = False
             if renamed and "value" in renamed[1]:
                 takes = False  # the old switch takes no value; the rename supplies it
@@ -324,12 +334,19 @@ def _check_value(fs: FlagSet, canon: str, value: Any, origin: str) -> Problem | 
 def _bad_value(flag: str, value: Any, origin: str, message: str, fix: str, expected: Any = None) -> Problem:
     """engine-flag-value: ``flag`` was given ``value`` in ``origin`` (the inventory key it came from)."""
     return Problem(check="engine-flag-value", message=message, found=f"{flag}={value!r} in {origin}",
-                   expected=expected, fix=fix)
+                   expected=expected, fix=_in_origin(fix, origin))
 
 
 def _given_in(check: str, flag: str, origin: str, message: str, expected: Any, fix: str) -> Problem:
     """A flag that may not be given where it was (``origin``: the inventory key)."""
-    return Problem(check=check, message=message, found=f"{flag} in {origin}", expected=expected, fix=fix)
+    return Problem(check=check, message=message, found=f"{flag} in {origin}", expected=expected,
+                   fix=_in_origin(fix, origin))
+
+
+def _in_origin(fix: str, origin: str) -> str:
+    """The fix, naming the inventory key the flag came from (the variable to change) when it does not."""
+    key = origin.split("[", 1)[0]
+    return fix if not key or key in fix else f"{fix} (in {origin})"
 
 
 def _not_unchecked(check: str, spelled: str, message: str, fix: str) -> Problem:

@@ -21,6 +21,11 @@ TP rank (the latent is not split by TP), so per rank and per token::
 
     KV tokens per instance = floor(available / (bytes per token x block)) x block x DCP
 
+Hybrid models (Kimi-K3, Kimi-Linear: kv_cache.kind hybrid) cache the MLA latent only in their
+full-attention layers; each Kimi Delta Attention layer holds a state of constant size per sequence
+(``linear_state``), subtracted once before the tokens are counted. A vision tower (the profile's
+``modality``) is part of total_size_bytes and placed on its own (``vision_share``).
+
 Decode context parallel stores each token on one of DCP ranks, so the same memory holds DCP times
 as many tokens (vLLM logs "Multiplying the GPU KV cache size by the dcp_world_size"). The engine
 refuses to start when one sequence of max-model-len does not fit; so does the planner when that
@@ -91,6 +96,13 @@ class MemoryFit:
     kv_tokens: int  # per instance (DCP already multiplied in)
     engine: str
     memory_model: str  # what the fraction covers (capabilities.EngineCaps.memory_model)
+    # linear-attention (KDA) state one sequence holds on a rank, whatever its length (hybrid models)
+    state_bytes: int = 0
+    state_formula: str = ""
+    # the vision tower's share of weights_bytes on a device, and how it is placed
+    vision_bytes: float = 0.0
+    vision_how: str = ""
+    vision_total: float = 0.0  # the vision tower's bytes in total_size_bytes
 
     @property
     def budget_bytes(self) -> float:
@@ -98,8 +110,9 @@ class MemoryFit:
 
     @property
     def sequence_bytes(self) -> float:
-        """KV bytes one max-model-len sequence takes on one rank (DCP splits it)."""
-        return math.ceil(self.max_model_len / self.dcp) * self.kv_bytes_per_token
+        """KV bytes one max-model-len sequence takes on one rank (DCP splits it), with its
+        linear-attention state on hybrid models."""
+        return math.ceil(self.max_model_len / self.dcp) * self.kv_bytes_per_token + self.state_bytes
 
     @property
     def fits(self) -> bool:
@@ -108,11 +121,17 @@ class MemoryFit:
     def arithmetic(self) -> str:
         """Every term of the prediction, as one line of text."""
         w = self.weights_bytes
+        shown = self.total_bytes - self.vision_total
+        label = "text-model weights" if self.vision_total else "weights"
         weights = (
-            f"{self.total_bytes / 1e9:,.1f} GB of weights: {self.weight_split}"
+            f"{shown / 1e9:,.1f} GB of {label}: {self.weight_split}"
             if self.weight_split.startswith("replicated")
-            else f"{self.total_bytes / 1e9:,.1f} GB of weights / ({self.weight_split} = {self.weight_shards} devices)"
-        ) + f" = {w / 1e9:,.1f} GB per device ({_gib(w)})"
+            else f"{shown / 1e9:,.1f} GB of {label} / ({self.weight_split} = {self.weight_shards} devices)"
+        )
+        if self.vision_total:
+            weights += (f" + vision tower {self.vision_bytes / 1e9:,.2f} GB ({self.vision_how})" if self.vision_bytes
+                        else f" + vision tower 0 ({self.vision_how})")
+        weights += f" = {w / 1e9:,.1f} GB per device ({_gib(w)})"
         frac = f"{self.fraction:g} ({self.fraction_flag})"
         if self.memory_model == "free":
             avail = (
@@ -126,20 +145,30 @@ class MemoryFit:
                 f" = KV {_gib(self.kv_available_bytes)}"
             )
         dcp = f" x DCP {self.dcp}" if self.dcp > 1 else ""
+        state = f" (after one sequence's linear-attention state {_gib(self.state_bytes)})" if self.state_bytes else ""
         if self.kv_available_bytes > 0:
-            count = f"{_gib(self.kv_available_bytes)} / {self.kv_bytes_per_token:,}{dcp} = {self.kv_tokens:,}"
+            left = _gib(self.kv_available_bytes - self.state_bytes) if self.state_bytes else _gib(self.kv_available_bytes)
+            count = f"{left}{state} / {self.kv_bytes_per_token:,}{dcp} = {self.kv_tokens:,}"
         else:
             count = "no memory left: 0"
         tokens = (
             f"KV per token per rank {self.kv_formula} = {self.kv_bytes_per_token:,} bytes; "
-            f"{count} tokens per instance"
+            + (f"linear-attention state per sequence per rank {self.state_formula} = {self.state_bytes:,} bytes; "
+               if self.state_bytes else "")
+            + f"{count} tokens per instance"
         )
         seq = (
             f"one sequence of {self.max_len_flag} {self.max_model_len:,} needs "
             f"{_gib(self.sequence_bytes)} per rank"
             + (f" (split over DCP {self.dcp})" if self.dcp > 1 else "")
+            + (f" with its state; {self.concurrent_full:,} such sequences fit at once" if self.state_bytes else "")
         )
         return f"per {self.device_model}: {avail}; {tokens}; {seq}"
+
+    @property
+    def concurrent_full(self) -> int:
+        """Sequences of max-model-len that fit at once (hybrid models: each holds its own state)."""
+        return max(int(self.kv_available_bytes // self.sequence_bytes), 0) if self.sequence_bytes else 0
 
     def note(self) -> str:
         return (
@@ -265,8 +294,8 @@ def kv_per_token(model: dict[str, Any], kv_dtype: Any, pp: int) -> tuple[int, in
     kv = model.get("kv_cache")
     if not isinstance(kv, dict):
         return "no kv_cache section in the model profile"
-    if kv.get("kind") != "mla":
-        return f"kv_cache.kind {kv.get('kind')!r} is not modelled (only mla)"
+    if kv.get("kind") not in ("mla", "hybrid"):
+        return f"kv_cache.kind {kv.get('kind')!r} is not modelled (only mla and hybrid)"
     try:
         rank = int(kv["kv_lora_rank"])
         rope = int(kv["qk_rope_head_dim"])
@@ -284,10 +313,99 @@ def kv_per_token(model: dict[str, Any], kv_dtype: Any, pp: int) -> tuple[int, in
             return f"KV cache dtype {kv_dtype!r} is not modelled"
         elem = KV_DTYPE_BYTES[key] or model_bytes
         dtype_text = f"{elem} byte{'s' if elem != 1 else ''} ({kv_dtype})"
+    if kv.get("kind") == "hybrid":
+        split = hybrid_layers(kv, pp)
+        if isinstance(split, str):
+            return split
+        per_rank_layers = split[0]
+        layer_text = f"{per_rank_layers} MLA layers" + (
+            f" (of {len(kv['full_attn_layers'])}, the most on one of PP {pp} ranks)" if pp > 1 else "")
+        formula = f"({rank} + {rope}) x {layer_text} x {dtype_text}"
+        return (rank + rope) * per_rank_layers * elem, per_rank_layers, formula
     per_rank_layers = math.ceil(layers / max(pp, 1))
     layer_text = f"{per_rank_layers} layers" + (f" ({layers} / PP {pp})" if pp > 1 else "")
     formula = f"({rank} + {rope}) x {layer_text} x {dtype_text}"
     return (rank + rope) * per_rank_layers * elem, per_rank_layers, formula
+
+
+def pp_partition(layers: int, pp: int) -> list[int]:
+    """Layers on each PP rank as vLLM splits them (distributed.utils.get_pp_indices): layers // PP each,
+    the remainder one each to the ranks before the last, from the second-to-last backwards."""
+    pp = max(pp, 1)
+    parts = [layers // pp] * pp
+    for i in range(2, layers % pp + 2):
+        parts[-i] += 1
+    return parts
+
+
+def hybrid_layers(kv: dict[str, Any], pp: int) -> tuple[int, int] | str:
+    """(MLA layers, linear-attention layers) of the most loaded PP rank of each kind, from the
+    profile's full_attn_layers (1-based, config.json linear_attn_config); the rest are linear."""
+    try:
+        layers = int(kv["num_hidden_layers"])
+        full = sorted({int(x) for x in kv["full_attn_layers"]})
+    except (KeyError, TypeError, ValueError) as exc:
+        return f"kv_cache (hybrid) lacks a number: {exc}"
+    if layers < 1 or not full or full[0] < 1 or full[-1] > layers:
+        return "kv_cache (hybrid): full_attn_layers must be layer numbers 1..num_hidden_layers"
+    start, most_mla, most_lin = 0, 0, 0
+    for count in pp_partition(layers, pp):
+        mla = sum(1 for x in full if start < x <= start + count)
+        most_mla, most_lin = max(most_mla, mla), max(most_lin, count - mla)
+        start += count
+    return most_mla, most_lin
+
+
+def linear_state(model: dict[str, Any], tp: int, pp: int) -> tuple[int, str] | None:
+    """(bytes of linear-attention state one sequence holds on a rank, formula), whatever its length;
+    None for a model without linear-attention layers.
+
+    Kimi Delta Attention (vLLM mamba_utils kda_state_shape / kda_state_dtype): per layer, conv states
+    of q, k and v, each (heads x head_dim / TP) x (conv kernel - 1) in the model dtype, and the
+    recurrent state (heads / TP) x head_dim x head_dim in FP32. vLLM also rounds the attention block
+    size so that one block's page matches the state's page; that rounding is not modelled."""
+    kv = model.get("kv_cache")
+    if not isinstance(kv, dict) or kv.get("kind") != "hybrid" or not isinstance(kv.get("linear"), dict):
+        return None
+    lin = kv["linear"]
+    split = hybrid_layers(kv, pp)
+    if isinstance(split, str):
+        return None
+    try:
+        heads, dim = int(lin["num_heads"]), int(lin["head_dim"])
+        kernel = int(lin.get("conv_kernel_size", 4))
+        state_b, conv_b = int(lin.get("state_dtype_bytes", 4)), int(lin.get("conv_dtype_bytes", 2))
+    except (KeyError, TypeError, ValueError):
+        return None
+    tp = max(tp, 1)
+    local = heads // tp if heads % tp == 0 else math.ceil(heads / tp)
+    recurrent = local * dim * dim * state_b
+    conv = 3 * local * dim * (kernel - 1) * conv_b
+    layers = split[1]
+    formula = (
+        f"{layers} {lin.get('kind', 'linear').upper()} layers x ({heads} heads / TP {tp} x {dim} x {dim} x "
+        f"{state_b} bytes + 3 x {heads} x {dim} / TP {tp} x {kernel - 1} x {conv_b} bytes)"
+    )
+    return layers * (recurrent + conv), formula
+
+
+def vision_share(model: dict[str, Any], engine_args: dict[str, Any], tp: int) -> tuple[float, float, str]:
+    """(the vision tower's bytes in the checkpoint, its bytes on each device, how): the profile's
+    ``modality``. Not loaded with the text-only switch (vLLM --language-model-only); a whole copy on
+    every rank with --mm-encoder-tp-mode data (the encoder runs data parallel); split by TP otherwise."""
+    mod = model.get("modality")
+    if not isinstance(mod, dict) or not mod.get("vision"):
+        return 0.0, 0.0, ""
+    total = _number(mod.get("vision_tower_bytes")) or 0.0
+    if total <= 0:
+        return 0.0, 0.0, ""
+    text_only = mod.get("text_only_flag")
+    if text_only and engine_args.get(text_only):
+        return total, 0.0, f"not loaded: {text_only}"
+    mode_flag = mod.get("encoder_tp_mode_flag")
+    if mode_flag and str(engine_args.get(mode_flag, "")).lower() == "data":
+        return total, total, f"whole on every rank: {mode_flag} data"
+    return total, total / max(tp, 1), f"split by TP {max(tp, 1)}"
 
 
 def estimate(
@@ -329,7 +447,10 @@ def estimate(
             [],
         )
     dp_attention = bool(engine_args.get("--enable-dp-attention"))
-    w, shards, how = weights_per_device(total, engine, tp, pp, dp, expert_parallel, model, dp_attention)
+    vision_total, vision_dev, vision_how = vision_share(model, engine_args, tp)
+    w, shards, how = weights_per_device(total - vision_total, engine, tp, pp, dp, expert_parallel, model,
+                                        dp_attention)
+    w += vision_dev
     dev_bytes = device_gib * GIB
     if caps.memory_model == "static":
         headroom = 0.0
@@ -362,7 +483,9 @@ def estimate(
             return None, [problem], notes
         return None, [], notes
     bpt, layers_rank, formula = per_token
-    blocks = math.floor(max(avail, 0) / (bpt * KV_BLOCK_TOKENS))
+    state = linear_state(model, tp, pp)
+    state_bytes, state_formula = state if state else (0, "")
+    blocks = math.floor(max(avail - state_bytes, 0) / (bpt * KV_BLOCK_TOKENS))
     dcp_eff = max(dcp, 1) if caps.decode_context_parallel else 1
     fit = MemoryFit(
         device_model=device_model,
@@ -384,6 +507,11 @@ def estimate(
         kv_tokens=blocks * KV_BLOCK_TOKENS * dcp_eff,
         engine=engine,
         memory_model=caps.memory_model,
+        state_bytes=state_bytes,
+        state_formula=state_formula,
+        vision_bytes=vision_dev,
+        vision_how=vision_how,
+        vision_total=vision_total,
     )
     if fit.fits:
         return fit, [], [fit.note()]
@@ -392,7 +520,7 @@ def estimate(
     # the calibrated headroom is a prediction (the non-KV peak depends on batch limits and release):
     # said as a warning with every term, not refused.
     sure = avail + headroom * GIB * (frac if caps.memory_model == "free" else 1)
-    sure_tokens = math.floor(max(sure, 0) / (bpt * KV_BLOCK_TOKENS)) * KV_BLOCK_TOKENS * dcp_eff
+    sure_tokens = math.floor(max(sure - state_bytes, 0) / (bpt * KV_BLOCK_TOKENS)) * KV_BLOCK_TOKENS * dcp_eff
     if sure > 0 and sure_tokens >= fit.max_model_len:
         return (
             fit,
@@ -437,10 +565,11 @@ def _fix(total: float, usable_per_device: float, per_node: int, len_flag: str | 
             "raise llmb_tensor_parallel or llmb_pipeline_parallel"
         )
     else:
-        text = "use devices with more memory"
+        text = "use devices with more memory (another llmb_platform)"
     if len_flag:
-        text += f", or lower {len_flag.lstrip('-')} / use an FP8 KV cache"
-    return text + ", or raise the memory fraction, or choose a smaller checkpoint"
+        text += f", or lower {len_flag.lstrip('-')} in llmb_engine_args / use an FP8 KV cache"
+    return text + (", or raise the memory fraction (--gpu-memory-utilization / --mem-fraction-static in "
+                   "llmb_engine_args), or choose a smaller checkpoint (llmb_model)")
 
 
 def estimate_plan(

@@ -1,4 +1,4 @@
-"""Types of the launch plan: problems found in preflight, services and host plans.
+"""Types of the launch plan: problems found in preflight (llmb.finding.Finding), services and host plans.
 
 The JSON form of a plan (``HostPlan.to_dict``) is the contract with the serve role; it is
 documented field by field in docs/launch-plan.md. Stdlib only, Python 3.11 compatible.
@@ -6,36 +6,14 @@ documented field by field in docs/launch-plan.md. Stdlib only, Python 3.11 compa
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
+from llmb.finding import Finding
 
-@dataclass
-class Problem:
-    """One thing wrong with an inventory, found before any host is contacted."""
-
-    check: str
-    message: str
-    found: Any = None
-    expected: Any = None
-    fix: str = ""
-    host: str | None = None
-
-    def format(self, index: int | None = None) -> str:
-        head = f"{index}. " if index is not None else ""
-        where = f" (host {self.host})" if self.host else ""
-        lines = [f"{head}[{self.check}]{where} {self.message}"]
-        pad = " " * len(head)
-        if self.found is not None:
-            lines.append(f"{pad}   found:    {self.found}")
-        if self.expected is not None:
-            lines.append(f"{pad}   expected: {self.expected}")
-        if self.fix:
-            lines.append(f"{pad}   fix:      {self.fix}")
-        return "\n".join(lines)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+# One thing wrong with an inventory, found before any host is contacted: the project's one finding
+# type (llmb.finding), called a problem here; ``check`` is its id.
+Problem = Finding
 
 
 class PlanError(Exception):
@@ -49,7 +27,7 @@ class PlanError(Exception):
     def report(self) -> str:
         n = len(self.problems)
         head = f"launch plan: {n} problem{'s' if n != 1 else ''} in {self.source}; no host was contacted."
-        body = "\n".join(p.format(i + 1) for i, p in enumerate(self.problems))
+        body = "\n".join(p.block(i + 1) for i, p in enumerate(self.problems))
         return f"{head}\n{body}"
 
 
@@ -123,15 +101,21 @@ class HostPlan:
     rank: int
     services: list[Service] = field(default_factory=list)
     model: dict[str, Any] = field(default_factory=dict)
+    # a control node: a host outside accel_nodes that runs no engine and has no accelerators (the PD
+    # router's); in the JSON only when set, so the plans of accelerator nodes keep their form
+    control: bool = False
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             "host": self.host,
             "address": self.address,
             "rank": self.rank,
             "model": dict(self.model),
             "services": [s.to_dict() for s in sorted(self.services, key=lambda s: (s.order, s.name))],
         }
+        if self.control:
+            out["control"] = True
+        return out
 
 
 class Planned:

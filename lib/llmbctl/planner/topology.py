@@ -114,7 +114,8 @@ def _too_few_devices(ctx: Context, s: Sizes) -> Problem:
         f"TP x PP = {s.tp} x {s.pp} = {world} devices, but the inventory has {devices_text}",
         found=f"llmb_tensor_parallel: {s.tp}, llmb_pipeline_parallel: {s.pp}",
         expected=f"TP x PP <= {n * dev}",
-        fix=f"lower TP/PP, or add {math.ceil(world / dev) - n} node(s) to accel_nodes",
+        fix=f"lower llmb_tensor_parallel / llmb_pipeline_parallel, or add {math.ceil(world / dev) - n} node(s) "
+        "to accel_nodes",
     )
 
 

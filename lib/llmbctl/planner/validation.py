@@ -9,6 +9,7 @@ supports is read from its capabilities record (capabilities.py), never from its 
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 from ..engines.capabilities import EngineCaps
@@ -143,7 +144,8 @@ def _check_dp_ranks(ctx: Context, topo: Topology) -> list[Problem]:
         problems.append(_parallelism(
             f"each node would need TP x PP x DP-local = {topo.tp} x {topo.pp} x {dp_local} = "
             f"{topo.per_node} devices; {ctx.platform.name} has {dev}",
-            f"TP {topo.tp}, PP {topo.pp}, DP {dp} over {n} nodes", "lower TP or DP, or add nodes",
+            f"TP {topo.tp}, PP {topo.pp}, DP {dp} over {n} nodes",
+            "lower llmb_tensor_parallel or llmb_data_parallel, or add nodes to accel_nodes",
             f"TP x PP x DP-local <= {dev}"))
     return problems
 
@@ -162,7 +164,8 @@ def _check_whole_nodes(ctx: Context, topo: Topology) -> list[Problem]:
     if world > dev and world % dev != 0:
         problems.append(_parallelism(
             f"TP x PP = {world} does not fill whole nodes of {dev} devices", f"TP {tp} x PP {pp}",
-            "choose TP x PP as a multiple of the devices per node", f"a multiple of {dev}"))
+            f"set llmb_tensor_parallel x llmb_pipeline_parallel to a multiple of {dev} (the devices per node)",
+            f"a multiple of {dev}"))
     return problems
 
 
@@ -176,7 +179,8 @@ def _check_even_split(ctx: Context, topo: Topology) -> list[Problem]:
             f"TP x PP = {world} devices cannot be split evenly over {n} nodes of {dev}",
             found=f"TP {topo.tp} x PP {topo.pp} over {n} hosts",
             expected=f"TP x PP = a multiple of {n}, at most {n * dev}",
-            fix="choose TP so that every node runs the same number of ranks",
+            fix=f"set llmb_tensor_parallel (x llmb_pipeline_parallel) to a multiple of {n}, at most {n * dev}, "
+            "so that every node runs the same number of ranks",
         )
     ]
 
@@ -225,6 +229,30 @@ def check_fit(ctx: Context, topo: Topology, engine_args: dict[str, Any]) -> list
     return memory.check_fit(ctx, topo, engine_args)
 
 
+def takes_images(model: dict[str, Any], engine_args: dict[str, Any]) -> tuple[bool, str]:
+    """(the served model takes images, why): the profile's modality (a vision tower) and the text-only
+    switch among the engine args (vLLM --language-model-only does not load the tower)."""
+    mod = model.get("modality") if isinstance(model.get("modality"), dict) else {}
+    if not mod.get("vision"):
+        return False, "the model has no vision tower (its profile's modality)"
+    flag = mod.get("text_only_flag")
+    if flag and engine_args.get(flag):
+        return False, f"the model is served text-only ({flag})"
+    return True, "the model has a vision tower"
+
+
+def _engines_registering(ctx: Context, arch: str | None) -> str:
+    """The fix for a model no patch makes loadable: the shipped releases that register its architecture."""
+    found = []
+    for engine in sorted({r.engine for r in ctx.data.engine_releases()}):
+        ok = ctx.data.releases_where(engine, lambda d: bool(arch) and arch in (d.get("architectures") or []))
+        if ok:
+            found.append(f"{engine} {', '.join(ok)}")
+    where = "; ".join(found) if found else "none of the shipped releases"
+    return (f"serve {ctx.model_name} with an engine release that registers {arch or 'its architecture'} "
+            f"(llmb_engine / llmb_engine_version): {where}")
+
+
 def check_model(ctx: Context, engine_args: dict[str, Any]) -> list[Problem]:
     """Model type support, parsers, and the config.json checks the engine makes at start."""
     problems = []
@@ -235,7 +263,17 @@ def check_model(ctx: Context, engine_args: dict[str, Any]) -> list[Problem]:
     for p in patches:
         patched[p["path"]] = p["value"]
     mtype = patched.get("model_type")
-    if mtype and fs.supports_model_types and mtype not in fs.supports_model_types:
+    # the model against the release and the platform (catalog.model_release_problems): the release
+    # the profile requires, the architectures and parsers the release registers, the CUDA generation
+    compat = ctx.data.model_release_problems(ctx.model_record, ctx.engine, ctx.version, ctx.platform.vendor)
+    problems += [Problem(c["check"], c["message"], found=c["found"], expected=c["expected"], fix=c["fix"])
+                 for c in compat]
+    reported = {c["found"] for c in compat}
+    arch = (facts.get("architectures") or [None])[0]
+    registered = bool(arch) and arch in (getattr(fs, "architectures", None) or [])
+    arch_refused = any(arch and arch in c["message"] and c["check"] == "model-engine" for c in compat)
+    if (mtype and fs.supports_model_types and mtype not in fs.supports_model_types and not registered
+            and not arch_refused):
         problems.append(
             Problem(
                 "model-type",
@@ -244,8 +282,10 @@ def check_model(ctx: Context, engine_args: dict[str, Any]) -> list[Problem]:
                 found=f"model_type {facts.get('model_type')!r}"
                 + (" (after the profile's patches)" if patches else ", no config patch for this engine"),
                 expected=" | ".join(fs.supports_model_types),
-                fix=f"add to data/models/{ctx.model_name}.yml config_patches.{ctx.engine}: "
-                "[{path: model_type, value: deepseek_v3, expect: kimi_k2}] (seed 004 workaround)",
+                fix=(f"set llmb_engine / llmb_engine_version to a release that knows it, or add to "
+                     f"data/models/{ctx.model_name}.yml config_patches.{ctx.engine}: "
+                     "[{path: model_type, value: deepseek_v3, expect: kimi_k2}] (seed 004 workaround)"
+                     if facts.get("model_type") == "kimi_k2" else _engines_registering(ctx, arch)),
             )
         )
     for check in fs.config_checks:
@@ -259,7 +299,22 @@ def check_model(ctx: Context, engine_args: dict[str, Any]) -> list[Problem]:
                     "model-config",
                     f"{ctx.engine} rejects {ctx.model_name}'s config.json: {check['error']}",
                     found=f"{check['path']} = {value!r}",
-                    fix=f"add the patch under config_patches.{ctx.engine} in data/models/{ctx.model_name}.yml",
+                    fix=f"add the patch under config_patches.{ctx.engine} in data/models/{ctx.model_name}.yml, "
+                    "or set llmb_engine_version to a release that accepts it",
+                )
+            )
+    if ctx.v.get("serve_smoke_image") == "always":
+        images, why = takes_images(ctx.model, engine_args)
+        if not images:
+            problems.append(
+                Problem(
+                    "modality",
+                    f"serve_smoke_image: always asks the smoke test for an image, but {ctx.model_name} as planned "
+                    f"takes none: {why}",
+                    found="serve_smoke_image: always",
+                    expected="auto | never for a text-only serve",
+                    fix="set serve_smoke_image: auto (an image exactly when the served model takes one) or never"
+                    + (f"; or drop {why.split('(')[-1].rstrip(')')} from llmb_engine_args" if "text-only" in why else ""),
                 )
             )
     for flag, kind in (
@@ -269,14 +324,21 @@ def check_model(ctx: Context, engine_args: dict[str, Any]) -> list[Problem]:
     ):
         value = engine_args.get(flag)
         known = fs.parsers.get(kind)
+        profile_value = (ctx.model_record.engine_flags.get(ctx.engine) or {}).get(flag.lstrip("-"))
+        if value == profile_value and any(f"({kind} parsers:" in f for f in reported):
+            continue  # the catalog's check above named it with the releases that register it
         if value is not None and known is not None and value not in known:
+            ok = ctx.data.releases_where(
+                ctx.engine, lambda d, k=kind, n=value: n in ((d.get("parsers") or {}).get(k) or []))
             problems.append(
                 Problem(
                     "engine-parser",
                     f"{flag} {value} is not a parser of {ctx.engine} {ctx.version}",
                     found=value,
                     expected=" | ".join(known) or "(none: this release has no such parser)",
-                    fix=f"drop {flag} for {ctx.engine} in the model profile or engine args",
+                    fix=(f"set llmb_engine_version to a release that registers it ({', '.join(ok)}), or " if ok else "")
+                    + f"set {flag.lstrip('-')} in llmb_engine_args to one of the release's parsers, or drop it "
+                    f"for {ctx.engine} in the model profile",
                 )
             )
     return problems
@@ -352,8 +414,9 @@ def check_model_limits(ctx: Context, topo: Topology, engine_args: dict[str, Any]
                     found=f"EP {ep}, {physical} experts",
                     expected=f"an EP size dividing {physical}, or --ep-num-redundant-experts making "
                     f"{experts} + redundant a multiple of {ep}",
-                    fix="set ep-num-redundant-experts in the engine args so that routed + redundant is a multiple "
-                    f"of {ep} (e.g. {(-experts) % ep}), or change the EP size",
+                    fix="set ep-num-redundant-experts in llmb_engine_args (or the group's engine_args under "
+                    f"llmb_disaggregation) so that routed + redundant is a multiple of {ep} (e.g. {(-experts) % ep}), "
+                    "or change the EP size (llmb_expert_parallel_size, --ep-size)",
                 )
             )
     heads = model.get("num_attention_heads")
@@ -394,8 +457,27 @@ def check_plan(ctx: Context, topo: Topology, engine_args: dict[str, Any], hosts:
 
 
 def check_image(ctx: Context) -> list[Problem]:
-    """A container install has an image: llmb_container_image or the flag set's default."""
-    if ctx.v["llmb_install"] != "container" or default_image(ctx):
+    """A container install has an image: llmb_container_image or the flag set's default; a model whose
+    NVIDIA builds are CUDA N only (the profile's requires.nvidia) is not given an image tagged for an
+    older CUDA (the images' cuXYZ tag suffix: cu129 = CUDA 12.9)."""
+    if ctx.v["llmb_install"] != "container":
+        return []
+    image = str(ctx.v.get("llmb_container_image") or default_image(ctx) or "")
+    nv = ((ctx.model.get("requires") or {}).get("nvidia") or {}) if isinstance(ctx.model.get("requires"), dict) else {}
+    tag = re.search(r":[^/]*?cu(\d{2})(\d)(?![\d])", image)
+    need = nv.get("cuda_major") if isinstance(nv, dict) else None
+    if ctx.platform.vendor == "nvidia" and tag and isinstance(need, int) and int(tag.group(1)) < need:
+        return [
+            Problem(
+                "model-engine",
+                f"{ctx.model_name} runs only on CUDA {need} builds (NVIDIA driver >= {nv.get('driver_min') or '?'}), "
+                f"and the image {image} is a CUDA {int(tag.group(1))}.{tag.group(2)} build",
+                found=f"llmb_container_image: {image}",
+                expected=f"a CUDA {need} image ({nv.get('source') or 'model profile'})",
+                fix=f"set llmb_container_image to a CUDA {need} build (or leave it unset for the release's default)",
+            )
+        ]
+    if default_image(ctx):
         return []
     return [
         Problem(
@@ -419,7 +501,7 @@ def check_ports(ctx: Context, plans: list[HostPlan]) -> list[Problem]:
                             f"port of {what} is out of range",
                             found=port,
                             expected="1-65535",
-                            fix="choose a port between 1024 and 65535",
+                            fix=f"choose a port between 1024 and 65535 ({_port_knobs(ctx)})",
                             host=hp.host,
                         )
                     )

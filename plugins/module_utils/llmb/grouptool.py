@@ -8,9 +8,10 @@ headless rank that never returns, Ray for a worker). systemd ties the units of o
 carries the loss to the head, which restarts the whole group in plan order:
 
     llmb-group stopped UNIT --head ADDRESS|local --ssh-config FILE   (ExecStopPost= of every group unit)
-        when the unit's process died ($SERVICE_RESULT is not "success"; a stop asked for by systemctl
-        or Ansible is), start llmb-group-restart.service on the head (over the SSH mesh: cluster key,
-        pinned host keys), never blocking the stop.
+        when the unit's process died ($SERVICE_RESULT is not "success") or ended with status 0
+        while systemd holds no stop job for it (vLLM's rank 0 after a lost node; a stop asked for
+        by systemctl or Ansible is not a loss), start llmb-group-restart.service on the head (over
+        the SSH mesh: cluster key, pinned host keys), never blocking the stop.
     llmb-group restart --settle S --ssh-config FILE MEMBER...    (llmb-group-restart.service, head)
         restart llmb-group.target here (this node's units, stopped then started in plan order by
         After=), then llmb-group.target on every member node; a member's units wait for the head
@@ -52,10 +53,38 @@ def _ssh(ssh_config: str, address: str, *remote: str) -> list[str]:
     return ["ssh", "-F", ssh_config, "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", address, "--", *remote]
 
 
-def stopped(unit: str, head: str, ssh_config: str, env: dict | None = None) -> int:
+def stop_asked(unit: str, jobs_text: str) -> bool:
+    """Whether systemd holds a stop or restart job for the unit (`systemctl list-jobs --no-legend
+    --plain`: JOB UNIT TYPE STATE): a stop someone asked for, not the process ending by itself."""
+    for line in (jobs_text or "").splitlines():
+        parts = line.split()
+        if len(parts) >= 3 and parts[1] == unit and parts[2] in ("stop", "restart", "try-restart", "reload-or-restart"):
+            return True
+    return False
+
+
+def _jobs() -> str:
+    try:
+        done = subprocess.run(["systemctl", "list-jobs", "--no-legend", "--plain"], capture_output=True, text=True,
+                              timeout=10)
+        return done.stdout if done.returncode == 0 else ""
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+
+
+def exited_by_itself(unit: str, env: dict, jobs=_jobs) -> bool:
+    """A clean exit (status 0) nobody asked for is a loss too: vLLM 0.26.0's node rank 0 ends with
+    status 0 once a request meets the ranks a lost node took with it ("NCCL error: remote process
+    exited", docs/examples/serve-real-multinode/faults/kill-rank/), and its $SERVICE_RESULT is success."""
+    if env.get("EXIT_CODE") != "exited" or env.get("EXIT_STATUS") != "0":
+        return False
+    return not stop_asked(unit if unit.endswith(".service") else unit + ".service", jobs())
+
+
+def stopped(unit: str, head: str, ssh_config: str, env: dict | None = None, jobs=_jobs) -> int:
     env = os.environ if env is None else env
     result = env.get("SERVICE_RESULT", "")
-    if not lost(result):
+    if not lost(result) and not exited_by_itself(unit, env, jobs):
         return 0
     log(f"{unit} stopped ({result}, exit {env.get('EXIT_CODE', '?')} {env.get('EXIT_STATUS', '')}): "
         f"restarting the group from the head ({head})")

@@ -128,6 +128,16 @@ class Watch:
         return NotReady(why, waited, cause, logs, error)
 
 
+def alive(watch: Watch) -> dict[str, Any]:
+    """One look at a running service, no waiting: {"alive", "why", "cause", "engine_error"}; what
+    llmb.serve.group_verdict judges for every member of a group (a lost rank leaves rank 0 healthy)."""
+    why = watch.dead()
+    if not why:
+        return {"alive": True, "why": None, "cause": None, "engine_error": None}
+    err = watch.not_ready(why, 0.0, dead_cause(why))
+    return {"alive": False, "why": why, "cause": err.cause, "engine_error": err.engine_error}
+
+
 def wait(watch: Watch, ready: dict | None, health: dict | None, timeout_s: int | None = None,
          interval_s: int = 5, role: str | None = None, api_key: str | None = None,
          proc: str = "/proc", sleep: Callable[[float], None] = time.sleep) -> dict[str, Any]:

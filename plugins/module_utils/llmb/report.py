@@ -20,6 +20,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from .finding import Finding
 from .fsutil import atomic_write_text
 from .stages import PIPELINE_STAGES as _PIPELINE
 from .stages import STAGE_NAMES
@@ -30,6 +31,9 @@ STAGE_ORDER = [name for name in STAGE_NAMES if name != "report"]
 PIPELINE_STAGES = list(_PIPELINE)
 # Stages that run only on the hosts whose plan has an API service (they test the endpoint).
 API_STAGES = {"bench", "accuracy"}
+# What a control node (a host outside accel_nodes running the PD router; ``control`` in the
+# deployment's host entry) runs: no accelerator checks, no weights, no SSH mesh.
+CONTROL_STAGES = {"engine", "serve"} | API_STAGES
 # Extra per-host files of a stage: <stage>/<host><suffix>.json (not hosts of their own).
 _SUFFIXES = (".bandwidth",)
 _NOT_HOSTS = {"summary", "report", "deployment"}
@@ -73,17 +77,19 @@ def _api_hosts(deployment: dict) -> list[str]:
 
 def expected_results(deployment: dict | None, stages: list[str], present: dict[str, dict]) -> list[tuple[str, str]]:
     """Every (stage, host) a run of `stages` must have recorded. Hosts come from the deployment
-    document; without one, from the results themselves (every host seen in any stage)."""
+    document; without one, from the results themselves (every host seen in any stage). A control
+    node is expected only in CONTROL_STAGES."""
     hosts = list((deployment or {}).get("hosts") or {})
     if not hosts:
         hosts = sorted({h for hs in present.values() for h in hs})
     api = _api_hosts(deployment or {}) if deployment else []
+    control = {n for n, h in ((deployment or {}).get("hosts") or {}).items() if (h or {}).get("control")}
     out = []
     for s in stages:
         if s in API_STAGES:
             targets = api or sorted(present.get(s, {})) or hosts[:1]
         else:
-            targets = hosts
+            targets = [h for h in hosts if h not in control or s in CONTROL_STAGES]
         out.extend((s, h) for h in targets)
     return out
 
@@ -161,7 +167,7 @@ def _topology(host: str, d: dict, extra: dict | None) -> dict:
     for n in names:
         bad = [cid for cid in (f"numa.{n}", f"rdma.rail.{n}", f"links.{n}") if cid in failed]
         if bad:
-            dev_flags[n] = [f"{cid}: expected {failed[cid].get('expected')}, found {failed[cid].get('found')}"
+            dev_flags[n] = [Finding(cid, expected=failed[cid].get("expected"), found=failed[cid].get("found")).render()
                             for cid in bad]
     link_counts: dict[str, int] = {}
     for c in cells:
@@ -243,9 +249,26 @@ def _refusal(dep: dict | None) -> list[dict] | None:
 
 
 def problem_lines(p: dict) -> list[str]:
-    """One problem of the refusal as the planner prints it: [check] message, then found/expected/fix."""
-    head = f"[{p.get('check')}] " + (f"{p['host']}: " if p.get("host") else "") + str(p.get("message"))
-    return [head] + [f"{k}: {p[k]}" for k in ("found", "expected", "fix") if p.get(k) not in (None, "")]
+    """One problem of the refusal as the planner prints it (llmb.finding): [check] message, then found/expected/fix."""
+    f = Finding.from_record({"check": None, **p})
+    return [f.title()] + [f"{k}: {v}" for k, v in f.details()]
+
+
+def _upgrade(run_dir: Path) -> dict | None:
+    """upgrade.json of a run of `llmb up` / `llmb rollback` (llmbctl.console.upgrade): the plan diff's
+    text, the groups and how each went, the message; None when there is none."""
+    doc, _ = _read_json(run_dir / "upgrade.json") if (run_dir / "upgrade.json").exists() else (None, None)
+    if not isinstance(doc, dict):
+        return None
+    return {"command": doc.get("command"), "diff_text": doc.get("diff_text") or [],
+            "groups": doc.get("groups") or [], "message": doc.get("message")}
+
+
+def _upgrade_lines(up: dict) -> list:
+    lines = [str(line) for line in up.get("diff_text") or []]
+    lines += [f"group {g.get('n')} ({', '.join(g.get('hosts') or [])}): {g.get('status', 'not reached')}"
+              for g in up.get("groups") or []]
+    return lines + ([str(up["message"])] if up.get("message") else [])
 
 
 def collect(run_dir: Path, expect_stages: list[str] | None = None) -> dict:
@@ -307,7 +330,19 @@ def collect(run_dir: Path, expect_stages: list[str] | None = None) -> dict:
         "serve": _serve(dep, stages.get("serve", {})),
         "bench": _gates(stages.get("bench", {}), "runs"),
         "accuracy": _gates(stages.get("accuracy", {}), "runs"),
+        **({"control": control} if (control := _control_hosts(dep)) else {}),
+        "upgrade": _upgrade(run_dir),
     }
+
+
+def _control_hosts(dep: dict | None) -> list[str]:
+    """The control nodes of the deployment (the PD router's host outside accel_nodes)."""
+    return [n for n, h in ((dep or {}).get("hosts") or {}).items() if (h or {}).get("control")]
+
+
+def _host_label(rep: dict, host: str) -> str:
+    """A host's column title: a control node says so (it runs the router, not the accelerator stages)."""
+    return f"{host} (control node: router)" if host in (rep.get("control") or []) else host
 
 
 # ---------------------------------------------------------------------------------------------
@@ -378,7 +413,7 @@ def render_md(rep: dict) -> str:
         lines.append("")
     hosts = rep["hosts"]
     if hosts:
-        lines.append("| stage | " + " | ".join(hosts) + " |")
+        lines.append("| stage | " + " | ".join(_host_label(rep, h) for h in hosts) + " |")
         lines.append("|---|" + "---|" * len(hosts))
         for s, hs in rep["results"].items():
             lines.append(f"| {s} | " + " | ".join(_cell(hs.get(h)) for h in hosts) + " |")
@@ -406,6 +441,8 @@ def render_md(rep: dict) -> str:
         if notes:
             lines += [f"{title} note ({h}): {n}" for h, n in notes]
             lines.append("")
+    if rep.get("upgrade"):
+        lines += ["## Plan diff and groups (upgrade.md)", "", "```", *_upgrade_lines(rep["upgrade"]), "```", ""]
     lines += ["Per-host results: `<stage>/<host>.json` beside this file; the picture: `report.html`.", ""]
     return "\n".join(lines)
 
@@ -484,7 +521,7 @@ def render_html(rep: dict) -> str:
     hosts = rep["hosts"]
     if rep["results"] or not rep.get("refused"):
         p.append('<h2>Stages</h2><table id="stages"><tr><th>stage</th>'
-                 + "".join(f"<th>{_e(h)}</th>" for h in hosts) + "</tr>")
+                 + "".join(f"<th>{_e(_host_label(rep, h))}</th>" for h in hosts) + "</tr>")
         for s, hs in rep["results"].items():
             cells = []
             for h in hosts:
@@ -549,6 +586,10 @@ def render_html(rep: dict) -> str:
                   for h, k, v, t, r in rows]
             p.append("</table>")
         p += [f'<p class="note" id="{key}-note-{_e(h)}"><b>{_e(h)}</b>: {_e(n)}</p>' for h, n in notes]
+    if rep.get("upgrade"):
+        p.append('<h2>Plan diff and groups</h2><pre id="upgrade">')
+        p += [_e(line) for line in _upgrade_lines(rep["upgrade"])]
+        p.append("</pre>")
     p.append('<p class="small">Per-host results: <code>&lt;stage&gt;/&lt;host&gt;.json</code> beside this file.</p>')
     p.append("</body></html>\n")
     return "\n".join(p)

@@ -36,6 +36,10 @@ __all__ = ["QuotingError", "systemd_exec"]  # re-exported: the filter and older 
 
 UNIT_SERVICE_SETTINGS = (
     "Restart=on-failure",
+    # an engine that ends with status 0 by itself is restarted too: vLLM 0.26.0's node rank 0 exits 0
+    # after its engine core died of a lost node (docs/examples/serve-real-multinode/faults/kill-rank/);
+    # a stop asked for (systemctl stop) is never restarted
+    "RestartForceExitStatus=0",
     "RestartSec=10",
     "KillMode=mixed",
     "TimeoutStopSec=60",
@@ -206,6 +210,33 @@ def unit_verdict(props: dict, restarts_at_start: int) -> str | None:
     if active == "inactive" and sub == "dead":
         return "unit is not running (inactive)"
     return None
+
+
+def group_verdict(members: list) -> dict:
+    """Whether a serving group is whole: every planned service of every node still running.
+
+    members: one entry per planned service of every node, {"host", "name", "role", "alive", "why",
+    "engine_error"} (llmb.ready.alive of each). Rank 0's /health cannot tell: vLLM 0.26.0's node rank
+    0 kept answering 200 after a node of its TP group was killed (docs/examples/serve-real-multinode/
+    faults/kill-rank/), so the group's state is read from every member's unit, not from the API.
+    Returns {"whole", "services", "lost": [members not running], "msg"}.
+    """
+    seen = [m for m in members or [] if isinstance(m, dict) and m.get("name")]
+    lost = [m for m in seen if not m.get("alive")]
+    parts = []
+    for m in lost:
+        role = f" ({m['role']})" if m.get("role") else ""
+        err = f"; engine error: {m['engine_error']}" if m.get("engine_error") else ""
+        parts.append(f"{m.get('host') or '?'}: {m['name']}{role}: {m.get('why') or 'not running'}{err}")
+    if not seen:
+        msg = "group check: no service of the plan was looked at"
+    elif lost:
+        msg = (f"the serving group is not whole: {len(lost)} of {len(seen)} services lost - " + "; ".join(parts)
+               + ". The API may still answer /health 200 (a lost rank is not seen there): restart the group "
+               "in plan order (llmb-group.target on the head, or run the serve stage again)")
+    else:
+        msg = f"the serving group is whole: {len(seen)} services running on {len({m.get('host') for m in seen})} nodes"
+    return {"whole": bool(seen) and not lost, "services": len(seen), "lost": lost, "msg": msg}
 
 
 _ERROR_LINE = re.compile(

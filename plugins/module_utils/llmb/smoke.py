@@ -6,9 +6,12 @@ request that failed, so an operator can replay it with curl.
 
 from __future__ import annotations
 
+import base64
 import json
+import struct
 import urllib.error
 import urllib.request
+import zlib
 
 WEATHER_TOOL = {
     "type": "function",
@@ -53,8 +56,28 @@ def forced_tool_request(chat: dict) -> dict:
                 max_tokens=256)
 
 
+def png_bytes(width: int = 16, height: int = 16, rgb: tuple[int, int, int] = (220, 30, 30)) -> bytes:
+    """A one-colour RGB PNG, written with the standard library (no image package on the controller)."""
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+    row = b"\x00" + bytes(rgb) * width  # filter type 0, then the pixels
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(row * height)) + chunk(b"IEND", b""))
+
+
+IMAGE_URL = "data:image/png;base64," + base64.b64encode(png_bytes()).decode("ascii")
+
+
+def image_request(chat: dict) -> dict:
+    """A chat request whose user message carries an image (OpenAI content parts: image_url, text)."""
+    return dict(chat, messages=[{"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": IMAGE_URL}},
+        {"type": "text", "text": "What colour is this image? Answer in one word."},
+    ]}], max_tokens=64)
+
+
 def run_smoke(base_url: str, model: str, reasoning: bool, tool_calls: bool, timeout: float = 120,
-              token: str | None = None, tool_choice: str = "auto") -> list[dict]:
+              token: str | None = None, tool_choice: str = "auto", image: bool = False) -> list[dict]:
     base = base_url.rstrip("/")
     checks: list[dict] = []
 
@@ -93,6 +116,13 @@ def run_smoke(base_url: str, model: str, reasoning: bool, tool_calls: bool, time
             [{"name": n, "arguments": c.get("function", {}).get("arguments")} for n, c in zip(names, calls, strict=True)]
             or tmsg.get("content") or body,
             "a get_weather tool call with JSON arguments")
+    if image:
+        st, body = _call("POST", f"{base}/chat/completions", image_request(chat), timeout, token)
+        imsg = ((body or {}).get("choices") or [{}])[0].get("message", {}) if isinstance(body, dict) else {}
+        text = imsg.get("content") or ""
+        rec("image-input", st == 200 and bool(text.strip()),
+            f"POST {base}/chat/completions (an image_url content part: a 16x16 PNG)", st,
+            text[:200] if st == 200 else body, "HTTP 200 with non-empty content for a message with an image")
     wrong = dict(chat, model=model + "-not-served", max_tokens=1)
     st, _ = _call("POST", f"{base}/chat/completions", wrong, timeout, token)
     rec("unknown-model-404", st == 404, f"POST {base}/chat/completions (model={wrong['model']!r})", st, st,

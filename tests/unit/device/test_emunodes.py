@@ -45,7 +45,7 @@ def test_the_cli_exits_2_on_a_bad_shape(tmp_path):
     p = subprocess.run([sys.executable, str(ROOT / "tests/device/emunodes.py"), "inventory", "--shape", "z",
                         "--out", str(tmp_path / "i"), "--state", str(tmp_path / "s"), "--python", sys.executable],
                        capture_output=True, text=True)
-    assert p.returncode == 2 and "--shape: expected one of a, b, c, found 'z'" in p.stderr
+    assert p.returncode == 2 and "--shape: expected one of a, b, one, c, found 'z'" in p.stderr
 
 
 def test_the_wrapper_enters_the_nodes_namespace_with_its_identity(tmp_path):
@@ -163,3 +163,29 @@ def test_up_and_down_make_and_remove_the_namespaces():
     finally:
         emunodes.down(nodes)
     assert not {"llmb-node1", "llmb-node2", emunodes.SWITCH_NS} & set(os.listdir(emunodes.NETNS_DIR))
+
+
+def test_mpiruns_launch_agent_finds_the_node_and_the_command():
+    """PRRTE's ssh launcher calls the agent as ssh: options, the host (the -H name or address), the
+    command's words; the fabric run on the 4x H200 went through it (docs/examples/serve-real-multinode/fabric/)."""
+    nodes = emunodes.layout(2, 2)
+    host, cmd = emunodes.rsh_split(["-x", "-F", "/etc/llmb/ssh-mesh/ssh_config", "-p", "22", "10.99.0.2",
+                             "PATH=/x:$PATH", ";", "export", "PATH", ";", "prted", "--prtemca", "ess", "env"])
+    assert host == "10.99.0.2" and cmd == "PATH=/x:$PATH ; export PATH ; prted --prtemca ess env"
+    assert emunodes.node_of(host, nodes).name == "node2" and emunodes.node_of("node1", nodes).gpus == (0, 1)
+    with pytest.raises(emunodes.UsageError, match="is no emulated node"):
+        emunodes.node_of("10.99.0.9", nodes)
+    with pytest.raises(emunodes.UsageError, match="no command"):
+        emunodes.rsh_split(["-x", "10.99.0.2"])
+
+
+def test_each_node_has_its_own_caches_and_the_one_shape_is_the_node_alone(tmp_path):
+    node = emunodes.layout(4, 1)[2]
+    env = emunodes.node_env(node, tmp_path)
+    assert env["CUDA_VISIBLE_DEVICES"] == "2"
+    assert env["VLLM_CACHE_ROOT"] == f"{emunodes.CACHE_ROOT}/node3/vllm"
+    assert {env[k] for k in ("TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "XDG_CACHE_HOME")} == {
+        f"{emunodes.CACHE_ROOT}/node3/triton", f"{emunodes.CACHE_ROOT}/node3/inductor", f"{emunodes.CACHE_ROOT}/node3"}
+    hosts, shape_vars, _ = emunodes.inventory([node], "one", "/usr/bin/python3", tmp_path)
+    assert list(hosts["all"]["children"]["accel_nodes"]["hosts"]) == ["node3"]
+    assert shape_vars["llmb_tensor_parallel"] == 1

@@ -56,7 +56,21 @@ def test_vllm_accepts_recipe_spellings():
 )
 def test_vllm_refuses_like_argparse(argv, message):
     with pytest.raises(flagset.UsageError, match=message.replace("(", r"\(")):
-        flagset.parse(flagset.load("vllm"), argv)
+        flagset.parse(flagset.load("vllm", "0.32.0"), argv)
+
+
+def test_vllm_0_33_enable_disable_pairs_parsed_as_its_parser_does():
+    """vLLM 0.33.0's EnableDisableAction: --disable-x and the hidden --no-enable-x set x False,
+    --enable-custom-all-reduce and the hidden --no-disable-custom-all-reduce set disable_... False."""
+    fs = flagset.load("vllm", "0.33.0")
+    args, _ = flagset.parse(fs, ["--disable-log-requests", "--no-enable-prefix-caching",
+                                 "--enable-custom-all-reduce", "--enable-chunked-prefill"])
+    assert args == {"--enable-log-requests": False, "--enable-prefix-caching": False,
+                    "--disable-custom-all-reduce": False, "--enable-chunked-prefill": True}
+    args, _ = flagset.parse(fs, ["--no-disable-custom-all-reduce"])
+    assert args == {"--disable-custom-all-reduce": False}
+    with pytest.raises(flagset.UsageError, match="unrecognized arguments: --no-disable-prefix-caching"):
+        flagset.parse(dict(fs, allow_abbrev=False), ["--no-disable-prefix-caching"])  # not registered
 
 
 def test_click_style_errors():

@@ -116,7 +116,30 @@ def test_a_node_that_dies_leaves_node_rank_0_up_and_healthy_like_the_real_engine
         assert r0.p.poll() is None
         with urllib.request.urlopen(f"http://127.0.0.1:{api}/health", timeout=5) as resp:
             assert resp.status == 200
-    assert "is gone" not in r0.output()
+        assert "NCCL error" not in r0.output()
+
+
+def test_the_first_request_after_a_lost_node_fails_and_rank_0_exits_0_like_the_real_engine(tmp_path, model):
+    """vLLM 0.26.0 on the lent 4x H200, second kill-rank run (faults/kill-rank/): /health 200 for 30 s
+    after node 2 was killed, then a chat request got HTTP 500 ("EngineCore encountered an issue") in
+    0.02 s, the workers logged "RuntimeError: NCCL error: remote process exited or there was a network
+    error", and node rank 0's API exited with status 0 (so Restart=on-failure alone would not restart it)."""
+    import json
+    import urllib.error
+
+    with two_nodes_serving(tmp_path, model) as (r0, r1, api):
+        r1.p.kill()
+        r1.p.wait(10)
+        time.sleep(1)
+        body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "still there?"}]}).encode()
+        req = urllib.request.Request(f"http://127.0.0.1:{api}/v1/chat/completions", body,
+                                     {"Content-Type": "application/json"})
+        with pytest.raises(urllib.error.HTTPError) as err:
+            urllib.request.urlopen(req, timeout=10)
+        assert err.value.code == 500
+        assert json.loads(err.value.read())["error"]["message"].startswith("EngineCore encountered an issue")
+        assert r0.p.wait(10) == 0
+    assert "RuntimeError: NCCL error: remote process exited or there was a network error" in r0.output()
 
 
 def test_the_native_launch_and_ray_do_not_mix(tmp_path, model):

@@ -259,13 +259,59 @@ def test_no_shipped_overlay_contradicts_its_generated_sets():
 def test_disable_log_requests_translated_for_every_vllm_release_that_lacks_it():
     versions = CAT.flagset_versions("vllm")
     lacking = [v for v in versions if "--disable-log-requests" not in option_strings(CAT.flagset_doc(f"vllm-{v}"))]
-    assert lacking == versions  # every shipped vLLM release removed it
-    for v in lacking:
+    # removed by PR #29402, back in 0.33.0 as the negation of --enable-log-requests (EnableDisableAction)
+    assert lacking == [v for v in versions if version_key(v) < version_key("0.33.0")] and lacking
+    for v in versions:
         ea = EngineArgs(CAT.flagset("vllm", v))
         ea.apply_argv(["--disable-log-requests"], "recipe", {})
         assert not ea.problems, (v, ea.problems)
-        assert ea.argv() == ["--no-enable-log-requests"], v
-        assert any("translated" in n for n in ea.notes)
+        if v in lacking:
+            assert ea.argv() == ["--no-enable-log-requests"], v
+            assert any("translated" in n for n in ea.notes)
+        else:
+            assert ea.argv() == ["--disable-log-requests"], v  # the release's own negation
+
+
+def test_vllm_0_33_booleans_are_enable_disable_pairs_with_the_old_negation_hidden():
+    """vLLM 0.33.0's EnableDisableAction, as its own parser walked: --enable-x / --disable-x listed,
+    --no-enable-x accepted but hidden; the set records both and the planner writes the listed one."""
+    doc = CAT.flagset_doc("vllm-0.33.0")
+    spec = doc["flags"]["--enable-prefix-caching"]
+    assert spec["type"] == "bool" and spec["action"] == "EnableDisableAction"
+    assert spec["negation"] == ["--disable-prefix-caching"]
+    assert spec["negation_hidden"] == ["--no-enable-prefix-caching"]
+    assert "--no-enable-prefix-caching" in option_strings(doc)
+    fs = CAT.flagset("vllm", "0.33.0")
+    for said, want in (("--no-enable-prefix-caching", ["--disable-prefix-caching"]),
+                       ("--disable-prefix-caching", ["--disable-prefix-caching"]),
+                       ("--enable-prefix-caching", ["--enable-prefix-caching"]),
+                       ("--no-disable-custom-all-reduce", ["--enable-custom-all-reduce"]),
+                       ("--enable-custom-all-reduce", ["--enable-custom-all-reduce"])):
+        ea = EngineArgs(fs)
+        ea.apply_argv([said], "recipe", {})
+        assert not ea.problems and ea.argv() == want, (said, ea.problems, ea.argv())
+    ea = EngineArgs(fs)
+    ea.apply_mapping({"enable-prefix-caching": False}, "llmb_engine_args", {})
+    assert ea.argv() == ["--disable-prefix-caching"]
+
+
+def test_vllm_0_33_spellings_translated_onto_older_releases_from_the_generated_sets():
+    """The other way: 0.33.0's --disable-x / --enable-x on a release that only has --no-enable-x /
+    --no-disable-x, by the parser destination both sets record (no list kept by hand)."""
+    older = [v for v in CAT.flagset_versions("vllm") if version_key(v) < version_key("0.33.0")]
+    assert older
+    for v in older:
+        for said, want in (("--disable-prefix-caching", ["--no-enable-prefix-caching"]),
+                           ("--enable-custom-all-reduce", ["--no-disable-custom-all-reduce"])):
+            ea = EngineArgs(CAT.flagset("vllm", v))
+            ea.apply_argv([said], "recipe", {})
+            assert not ea.problems, (v, said, ea.problems)
+            assert ea.argv() == want, (v, said)
+            assert any(f"vllm 0.33.0 is {want[0]} in vllm {v}; translated" in n for n in ea.notes), ea.notes
+    # a spelling no shipped release knows is still refused
+    ea = EngineArgs(CAT.flagset("vllm", older[-1]))
+    ea.apply_argv(["--disable-no-such-thing"], "recipe", {})
+    assert ea.problems and ea.problems[0].check == "engine-flag-unknown"
 
 
 def _with_newer_release(tmp_path: Path) -> Catalog:
@@ -314,7 +360,9 @@ def test_flag_only_in_the_newest_release_refused_on_every_older_one_naming_the_n
     only = option_strings(CAT.flagset_doc(f"vllm-{newest}"))
     for v in versions[:-1]:
         only = only - option_strings(CAT.flagset_doc(f"vllm-{v}"))
-    flag = sorted(f for f in only if f.startswith("--") and not f.startswith("--no-"))[0]
+    # a flag of the newest alone, not another spelling of an older release's (those are translated)
+    flag = sorted(f for f in only if f.startswith("--") and not f.startswith("--no-")
+                  and all(CAT.flagset("vllm", v).translate(f) is None for v in versions[:-1]))[0]
     for v in versions[:-1]:
         ea = EngineArgs(CAT.flagset("vllm", v))
         ea.apply_token(flag, "1", "llmb_engine_args", {})
@@ -377,8 +425,11 @@ def test_h800_recipe_disable_log_requests_planned_for_every_shipped_vllm():
     assert inv.allowed == CAT.flagset_versions("vllm") and not inv.refused
     vllm_cases = [c for c in cases if c.engine == "vllm"]
     assert {c.version for c in vllm_cases} == set(CAT.flagset_versions("vllm"))
-    for c in vllm_cases:
-        assert "--no-enable-log-requests" in c.args and "--disable-log-requests" not in c.args, c.version
+    for c in vllm_cases:  # 0.33.0 lists --disable-log-requests as --enable-log-requests' negation again
+        want, other = (("--disable-log-requests", "--no-enable-log-requests")
+                       if version_key(c.version) >= version_key("0.33.0") else
+                       ("--no-enable-log-requests", "--disable-log-requests"))
+        assert want in c.args and other not in c.args, c.version
     assert {c.engine for c in cases} == {"vllm", "ray"}
 
 
@@ -549,6 +600,103 @@ def test_vllm_ascend_set_records_the_plugin_it_could_not_load_and_its_wheel_requ
     assert "cuda_major" not in req  # no NVIDIA driver finding for an Ascend release
 
 
+def test_vllm_ascend_0_23_0_post1_set_is_vllm_0_23_0s_parser_with_the_plugin_from_its_sdist():
+    """The index holds vllm-ascend 0.23.0.post1 as an sdist only: the set records the sdist's digest, the
+    lines of the sdist that name the vLLM release it pairs with, the plugin it could not load, and the
+    requirements of the sdist's PKG-INFO; its options are exactly those of the shipped vllm-0.23.0 set."""
+    doc = CAT.flagset_doc("vllm-ascend-0.23.0.post1")
+    gen = doc["generator"]
+    assert gen["release"] == "vllm-ascend==0.23.0.post1 with vllm==0.23.0"
+    assert "sdist mode" in gen["method"] and "vllm_ascend-0.23.0.post1.tar.gz sha256 " \
+        "a3b9f4a5dd7aa50c37e03d1f35937c4ae5aeacc49b734cac74d59ce5757738e1" in gen["method"]
+    assert 'docs/source/conf.py:86: "pip_vllm_version": "0.23.0"' in gen["method"]
+    assert "Dockerfile:42: ARG VLLM_TAG=v0.23.0" in gen["method"]
+    plugin = doc["plugin"]
+    assert plugin["loaded"] is False and "torch_npu" in plugin["error"] and plugin["at"].startswith("vllm_ascend/")
+    assert "vllm.platform_plugins:ascend=vllm_ascend:register" in plugin["entry_points"]
+    assert doc["option_strings_sha256"] == CAT.flagset_doc("vllm-0.23.0")["option_strings_sha256"]
+    req = CAT.release_requirements("vllm-ascend", "0.23.0.post1")["requirements"]
+    assert (req["cann"], req["torch"], req["torch_npu"], req["python"]) == ("==9.1.0", "==2.10.0", "==2.10.0.post4",
+                                                                         ">=3.10,<3.13")
+    assert "glibc" not in req  # no wheel tag to read it from
+    assert req["requirements_from"].startswith("vllm_ascend-0.23.0.post1.tar.gz PKG-INFO (copied as ")
+
+
+def _fake_sdist(tmp_path: Path, conf_pin: str = "0.9.0", docker_pin: str = "v0.9.0") -> Path:
+    import tarfile
+
+    root = tmp_path / "src" / "vllm_ascend-9.9.9.post1"
+    (root / "vllm_ascend").mkdir(parents=True)
+    (root / "vllm_ascend" / "__init__.py").write_text("import torch_npu  # noqa\n")
+    meta = ("Metadata-Version: 2.4\nName: vllm_ascend\nVersion: 9.9.9.post1\nRequires-Python: >=3.10\n"
+            "Requires-Dist: torch==2.10.0\nRequires-Dist: torch-npu==2.10.0.post4\n\n## Prerequisites\n"
+            "- Software:\n    - Python >= 3.10, < 3.13\n    - CANN == 9.1.0 (see ...)\n")
+    (root / "PKG-INFO").write_text(meta)
+    egg = root / "vllm_ascend.egg-info"
+    egg.mkdir()
+    (egg / "PKG-INFO").write_text(meta)
+    (egg / "top_level.txt").write_text("vllm_ascend\n")
+    (egg / "entry_points.txt").write_text("[vllm.platform_plugins]\nascend = vllm_ascend:register\n")
+    (root / "docs" / "source").mkdir(parents=True)
+    (root / "docs" / "source" / "conf.py").write_text(f'x = {{\n    "pip_vllm_version": "{conf_pin}",\n}}\n')
+    (root / "Dockerfile").write_text(f"FROM x\nARG VLLM_TAG={docker_pin}\n")
+    path = tmp_path / "vllm_ascend-9.9.9.post1.tar.gz"
+    with tarfile.open(path, "w:gz") as tf:
+        tf.add(root, arcname=root.name)
+    return path
+
+
+def _sdist_entry(path: Path, sha: str | None = None) -> dict:
+    import hashlib
+
+    return {"filename": path.name, "url": path.as_uri(),
+            "hashes": {"sha256": sha or hashlib.sha256(path.read_bytes()).hexdigest()}}
+
+
+def test_sdist_mode_reads_the_paired_release_from_the_sdist_and_installs_its_plugin_metadata(tmp_path):
+    from importlib import metadata
+
+    eng, _ = E.parse_spec("vllm-ascend==9.9.9.post1")
+    sd = E.fetch_sdist(eng, "9.9.9.post1", _sdist_entry(_fake_sdist(tmp_path)), tmp_path / "w")
+    assert sd.base_version == "0.9.0"
+    assert sd.pins == ('docs/source/conf.py:2: "pip_vllm_version": "0.9.0",', "Dockerfile:2: ARG VLLM_TAG=v0.9.0")
+    venv = tmp_path / "venv"
+    site = venv / "lib" / "python3.11" / "site-packages"
+    site.mkdir(parents=True)
+    E.install_sdist_files(sd, venv)
+    dist = next(d for d in metadata.distributions(path=[str(site)]) if d.metadata["Name"] == "vllm_ascend")
+    assert [(ep.group, ep.name, ep.value) for ep in dist.entry_points] == [
+        ("vllm.platform_plugins", "ascend", "vllm_ascend:register")]
+    assert (site / "vllm_ascend" / "__init__.py").is_file()
+    assert E.sdist_record(venv, "vllm-ascend", "9.9.9.post1")["sha256"] == sd.sha256
+    assert E.sdist_record(venv, "vllm-ascend", "9.9.9") is None
+    req = E.release_requirements_of(venv, eng, "9.9.9.post1")
+    assert req["torch_npu"] == "==2.10.0.post4" and req["cann"] == "==9.1.0" and req["python"] == ">=3.10,<3.13"
+    assert req["requirements_from"].startswith("vllm_ascend-9.9.9.post1.tar.gz PKG-INFO (copied as "
+                                               "vllm_ascend-9.9.9.post1.dist-info/METADATA): ")
+
+
+def test_sdist_mode_refuses_a_wrong_digest_and_pins_that_disagree(tmp_path):
+    eng, _ = E.parse_spec("vllm-ascend==9.9.9.post1")
+    path = _fake_sdist(tmp_path / "a")
+    with pytest.raises(E.ExtractError, match="sha256 .* the package index says"):
+        E.fetch_sdist(eng, "9.9.9.post1", _sdist_entry(path, "0" * 64), tmp_path / "w1")
+    bad = _fake_sdist(tmp_path / "b", docker_pin="v0.8.0")
+    with pytest.raises(E.ExtractError, match=r"pairs with is not read .*\['0.8.0', '0.9.0'\]"):
+        E.fetch_sdist(eng, "9.9.9.post1", _sdist_entry(bad), tmp_path / "w2")
+
+
+def test_sdist_mode_only_where_the_index_has_no_wheel(monkeypatch):
+    files = [{"filename": "vllm_ascend-1.0.tar.gz", "url": "u", "hashes": {}}]
+    monkeypatch.setattr(E, "index_files", lambda dist, version: files)
+    assert E.sdist_only("vllm-ascend", "1.0") == files[0]
+    files.append({"filename": "vllm_ascend-1.0-cp311-cp311-manylinux_2_24_x86_64.whl", "url": "u", "hashes": {}})
+    assert E.sdist_only("vllm-ascend", "1.0") is None
+    files.clear()
+    with pytest.raises(E.ExtractError, match="lists no file"):
+        E.sdist_only("vllm-ascend", "1.0")
+
+
 def _fake_dist(site: Path, name: str, version: str, meta: str, tag: str) -> None:
     info = site / f"{name}-{version}.dist-info"
     info.mkdir(parents=True)
@@ -576,6 +724,21 @@ def test_plugin_requirements_read_from_its_metadata(tmp_path):
                "Name: vllm_ascend\nRequires-Python: >=3.10\nRequires-Dist: torch==2.10.0\n", "py3-none-any")
     got = read_plugin_requirements(other, "vllm-ascend", "9.9.9")
     assert got["python"] == ">=3.10" and "cann" not in got and "glibc" not in got
+
+
+def test_ktransformers_from_0_5_is_installed_and_walked_as_sglang_kt():
+    """0.3.2: the seed's server, source mode only; 0.5+: the package index's ktransformers[sglang],
+    walked with SGLang's extractor and launched as `python -m sglang.launch_server`."""
+    old, _ = E.parse_spec("ktransformers==0.3.2")
+    new, _ = E.parse_spec("ktransformers==0.7.2")
+    assert (old.extractor, old.on_index, old.command[-1]) == ("ktransformers", False, "ktransformers.server.main")
+    assert (new.extractor, new.on_index, new.command) == ("sglang", True, ("python", "-m", "sglang.launch_server"))
+    assert new.install.format(version="0.7.2") == "ktransformers[sglang]==0.7.2"
+    doc = CAT.flagset_doc("ktransformers-0.7.2")
+    assert doc["command"] == list(new.command) and doc["generator"]["release"] == "ktransformers[sglang]==0.7.2"
+    assert {"--kt-weight-path", "--kt-cpuinfer", "--kt-threadpool-count", "--kt-num-gpu-experts",
+            "--kt-method"} <= set(doc["flags"])
+    assert "kimi_k2" in doc["parsers"]["tool_call"] and "kimi_k2" in doc["parsers"]["reasoning"]
 
 
 def test_a_release_not_on_the_index_is_refused_before_any_install(tmp_path):
@@ -618,7 +781,7 @@ def test_ktransformers_source_tree_walked_and_checked_with_its_own_argparse_pars
     venv = Path(sys.prefix)
     out = tmp_path / "out"
     monkeypatch.delenv("LLMB_ENGINE_SOURCE", raising=False)
-    path = E.extract("ktransformers==9.9.9", out, log=lambda m: None, venv=venv, source=tree,
+    path = E.extract("ktransformers==0.3.9", out, log=lambda m: None, venv=venv, source=tree,
                      source_ref="kvcache-ai/ktransformers@0123456789abcdef0123456789abcdef01234567:ktransformers/server")
     doc = _doc_text(path)
     assert sorted(doc["flags"]) == ["--cpu_infer", "--gguf_path", "--port"]
@@ -630,7 +793,7 @@ def test_ktransformers_source_tree_walked_and_checked_with_its_own_argparse_pars
     assert got["bad"]["ok"] is False and "--nope" in got["bad"]["error"]
     # the older spelling, LLMB_ENGINE_SOURCE=<tree>, reaches the walk too (it used to be dropped)
     monkeypatch.setenv("LLMB_ENGINE_SOURCE", str(tree))
-    again = E.extract("ktransformers==9.9.9", out, log=lambda m: None, venv=venv,
+    again = E.extract("ktransformers==0.3.9", out, log=lambda m: None, venv=venv,
                       source_ref="kvcache-ai/ktransformers@0123456789abcdef0123456789abcdef01234567:ktransformers/server")
     assert again.read_text() == path.read_text()
 
@@ -640,3 +803,37 @@ def test_shipped_ktransformers_set_names_the_commit_of_its_tag():
     head = " ".join(ln[2:] for ln in text.splitlines() if ln.startswith("#"))
     assert "--source-ref kvcache-ai/ktransformers@495ae374780bff7aeb4c5742b8a6a13ec1eca221" in head
     assert "v0.3.2" in head
+
+
+def test_sglang_default_is_0_5_23_and_deepep_is_its_moe_a2a_backend():
+    """SGLang's default release (the newest shipped) is 0.5.23; the recipes' --enable-deepep-moe,
+    which 0.5.23's parser lacks, is planned as --moe-a2a-backend deepep, a choice of that parser."""
+    assert CAT.newest_version("sglang") == "0.5.23"
+    doc = CAT.flagset_doc("sglang-0.5.23")
+    assert "--enable-deepep-moe" not in option_strings(doc)
+    assert "deepep" in doc["flags"]["--moe-a2a-backend"]["choices"]
+    ea = EngineArgs(CAT.flagset("sglang", "0.5.23"))
+    ea.apply_argv(["--enable-deepep-moe"], "recipe", {})
+    assert not ea.problems and ea.argv() == ["--moe-a2a-backend", "deepep"]
+
+
+def test_pd_router_argv_is_a_case_for_the_router_release_its_service_installs():
+    """The SGLang PD router (hand/sglang.yml pd_router: sglang-router==0.3.2) is checked by the router's
+    own parser: make engine-check makes its argv a case of the pinned router release, whose set
+    (walked from sglang_router.launch_router's parse_router_args) has every option the plan writes; its
+    successor smg 1.13.0 has them too."""
+    from llmbctl.enginecat.check import planned_cases
+    from llmbctl.engines.registry import load_flagset
+
+    cases, _ = planned_cases(REPO, [REPO / "inventories" / "h200-1p1d"])
+    routers = [c for c in cases if c.engine == "sglang-router"]
+    assert {c.version for c in routers} == {"0.3.2"} and len(routers) == len(CAT.flagset_versions("sglang"))
+    assert not [c for c in cases if c.engine == "sglang" and "--pd-disaggregation" in c.args]
+    for name in ("sglang-router-0.3.2", "smg-1.13.0"):
+        doc = CAT.flagset_doc(name)
+        assert doc["command"][-1].endswith(".launch_router")
+        fs = load_flagset(CAT, doc["engine"], doc["version"])
+        for c in routers:
+            flags = [a for a in c.args if a.startswith("--")]
+            assert flags and all(fs.resolve(a) for a in flags), (name, flags)
+        assert fs.flags["--prefill"]["type"] == "list"  # URL [BOOTSTRAP_PORT]

@@ -86,8 +86,28 @@ def calls(monkeypatch):
 
 
 def test_a_stop_asked_for_is_no_loss(calls):
-    assert G.stopped("llmb-ray", "10.0.0.1", CFG, {"SERVICE_RESULT": "success"}) == 0
+    assert G.stopped("llmb-ray", "10.0.0.1", CFG, {"SERVICE_RESULT": "success"}, jobs=lambda: "") == 0
     assert calls == []
+
+
+def test_rank_0_ending_with_status_0_by_itself_is_a_loss(calls):
+    """vLLM 0.26.0 on the 4x H200 (faults/kill-rank): node 2 killed, the next request failed in NCCL
+    ("remote process exited"), and node rank 0's API then exited with status 0 - $SERVICE_RESULT
+    success. With no stop job of systemd for the unit that is a loss: the head restarts the group."""
+    exited0 = {"SERVICE_RESULT": "success", "EXIT_CODE": "exited", "EXIT_STATUS": "0"}
+    assert G.stopped("llmb-vllm", "local", CFG, exited0, jobs=lambda: "") == 0
+    assert calls == [["systemctl", "--no-block", "start", "llmb-group-restart.service"]]
+    calls.clear()
+    # the same exit during `systemctl stop` / a group restart (a job for the unit) is no loss
+    for job in ("stop", "restart"):
+        jobs = f"1234 llmb-vllm.service {job} running\n1235 llmb-group.target {job} waiting\n"
+        assert G.stopped("llmb-vllm", "local", CFG, exited0, jobs=lambda j=jobs: j) == 0
+    # a SIGTERM'd process (EXIT_CODE killed) with success is a stop as before, whatever the jobs
+    assert G.stopped("llmb-vllm", "local", CFG, {"SERVICE_RESULT": "success", "EXIT_CODE": "killed",
+                                                 "EXIT_STATUS": "TERM"}, jobs=lambda: "") == 0
+    assert calls == []
+    assert G.stop_asked("llmb-vllm.service", "7 llmb-vllm.service stop running") is True
+    assert G.stop_asked("llmb-vllm.service", "7 llmb-ray.service stop running") is False
 
 
 def test_a_killed_member_asks_the_head_over_the_mesh(calls):

@@ -40,7 +40,7 @@ def test_no_systemd_and_no_sshd_key_are_both_reported():
 
 def test_not_linux_and_missing_facts_say_unknown():
     problems = os_problems("mac", {"system": "Darwin"})
-    assert problems[0] == "mac: preflight os: expected Linux, found Darwin; the toolkit drives Linux nodes only"
+    assert problems[0] == "mac: preflight os: expected Linux, found Darwin. the toolkit drives Linux nodes only"
     assert any("found unknown at unknown" in p for p in problems)
 
 

@@ -232,3 +232,80 @@ def test_readiness_reads_further_back_when_the_tail_holds_only_the_wrapper():
     assert Watch(run, "llmb-vllm", "systemd").not_ready("unit failed", 1.0, "exited").engine_error == (
         "ValueError: bad value")
     assert asked == [40]
+
+
+def _unit_run(states: dict, logs: dict):
+    """A `run` answering systemctl show / journalctl -u per unit from states / logs (the node's view)."""
+
+    def run(argv):
+        name = argv[2] if argv[:2] == ["systemctl", "show"] else argv[argv.index("-u") + 1]
+        if argv[0] == "journalctl":
+            n = int(argv[argv.index("-n") + 1])
+            return 0, "\n".join(logs.get(name, [])[-n:]) + "\n", ""
+        return 0, states[name], ""
+
+    return run
+
+
+RUNNING = "ActiveState=active\nSubState=running\nNRestarts=0\nExecMainStatus=0\nResult=success\nMainPID=17110\n"
+KILLED = "ActiveState=failed\nSubState=failed\nNRestarts=0\nExecMainStatus=137\nResult=signal\nMainPID=0\n"
+
+
+def test_group_check_sees_the_lost_node_that_rank_0s_health_does_not():
+    """The real kill-rank run (vLLM 0.26.0, TP 4 over 2 nodes): node 2's engine killed, node 1's API
+    still logging /health 200. One look at every member: node 1 alive, node 2 lost; the verdict
+    names node 2 and the service, and is not whole although rank 0 answers."""
+    from llmb.ready import Watch, alive
+    from llmb.serve import group_verdict
+
+    kr = MULTINODE / "faults/kill-rank"
+    node1_log = (kr / "killed-node1-llmb-vllm.log").read_text().splitlines()
+    node2_log = (kr / "killed-node2-llmb-vllm.log").read_text().splitlines()
+    assert '"GET /health HTTP/1.1" 200 OK' in node1_log[-1]  # what rank 0's API said after the kill
+    looks = {
+        "node1": alive(Watch(_unit_run({"llmb-vllm": RUNNING}, {"llmb-vllm": node1_log}), "llmb-vllm", "systemd")),
+        "node2": alive(Watch(_unit_run({"llmb-vllm": KILLED}, {"llmb-vllm": node2_log}), "llmb-vllm", "systemd")),
+    }
+    assert looks["node1"] == {"alive": True, "why": None, "cause": None, "engine_error": None}
+    assert looks["node2"]["alive"] is False and looks["node2"]["cause"] == "exited"
+    assert looks["node2"]["why"] == "unit failed (exit status 137, signal)"
+    members = [{"host": h, "name": "llmb-vllm", "role": "vllm" if h == "node1" else "vllm-headless", **look}
+               for h, look in looks.items()]
+    v = group_verdict(members)
+    assert v["whole"] is False and v["services"] == 2 and [m["host"] for m in v["lost"]] == ["node2"]
+    assert v["msg"].startswith("the serving group is not whole: 1 of 2 services lost - node2: llmb-vllm "
+                               "(vllm-headless): unit failed (exit status 137, signal)")
+    # the same group with node 2 running is whole; no member looked at is never whole
+    members[1].update(alive=True, why=None)
+    assert group_verdict(members) == {"whole": True, "services": 2, "lost": [],
+                                      "msg": "the serving group is whole: 2 services running on 2 nodes"}
+    assert group_verdict([])["whole"] is False
+
+
+def test_group_check_names_a_restarting_member_and_its_engine_error():
+    """A member systemd is restarting (Restart=) is lost for the group as well, with its engine's error."""
+    from llmb.ready import Watch, alive
+
+    restarting = "ActiveState=activating\nSubState=auto-restart\nNRestarts=3\nExecMainStatus=1\nResult=exit-code\n"
+    log = ["INFO starting", "ERROR 11-27 [core.py:1] torch.distributed.DistNetworkError: connect to 10.99.0.1:29600 failed"]
+    look = alive(Watch(_unit_run({"llmb-vllm": restarting}, {"llmb-vllm": log}), "llmb-vllm", "systemd"))
+    assert look["alive"] is False and look["cause"] == "restarting"
+    assert look["engine_error"] == "torch.distributed.DistNetworkError: connect to 10.99.0.1:29600 failed"
+
+
+def test_group_members_filter_reads_every_hosts_look():
+    """The role's run_once verdict gathers each host's registered looks (a skipped item adds none)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "plugins" / "filter"))
+    from llmb_serve import FilterModule
+
+    f = FilterModule().filters()
+    hv = {"node1": {"__serve_alive": {"results": [{"item": {"name": "llmb-vllm", "role": "vllm"}, "alive": True}]}},
+          "node2": {"__serve_alive": {"results": [
+              {"item": {"name": "llmb-vllm", "role": "vllm-headless"}, "alive": False,
+               "why": "unit failed (exit status 137, signal)", "engine_error": None},
+              {"item": {"name": "other"}, "skipped": True}]}}}
+    members = f["llmb_group_members"](hv, ["node1", "node2", "node3"])
+    assert [(m["host"], m["name"], m["alive"]) for m in members] == [("node1", "llmb-vllm", True),
+                                                                     ("node2", "llmb-vllm", False)]
+    v = f["llmb_group_verdict"](members)
+    assert not v["whole"] and "node2: llmb-vllm (vllm-headless): unit failed" in v["msg"]

@@ -90,7 +90,7 @@ def test_hostile_argument_round_trips_through_the_unit(arg):
     assert exec_argv(settings_["ExecStop"][0]) == ["/usr/bin/docker", "exec", "x", arg]
     assert sorted(settings_) == sorted(
         ["Description", "After", "Wants", "StartLimitIntervalSec", "Type", "EnvironmentFile", "ExecStart",
-         "ExecStop", "Restart", "RestartSec", "KillMode", "TimeoutStopSec", "LimitNOFILE", "LimitMEMLOCK",
+         "ExecStop", "Restart", "RestartForceExitStatus", "RestartSec", "KillMode", "TimeoutStopSec", "LimitNOFILE", "LimitMEMLOCK",
          "StandardOutput", "StandardError", "SyslogIdentifier", "WantedBy"]
     )
     assert all(len(v) == 1 for v in settings_.values())

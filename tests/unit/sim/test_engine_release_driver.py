@@ -113,4 +113,4 @@ def test_driver_checks_run_before_anything_is_downloaded():
     assert order.index("preflight") < order.index("verify") < order.index("engine") < order.index("weights")
     text = (REPO / "playbooks" / "preflight.yml").read_text()
     assert "--query-gpu=driver_version" in text and "llmb_engine_driver_finding" in text
-    assert "preflight engine.driver: expected" in text
+    assert "llmb_finding_line(inventory_hostname, 'preflight engine.driver')" in text

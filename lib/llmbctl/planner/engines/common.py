@@ -14,7 +14,7 @@ from ..flags import OWNER_HINT, EngineArgs
 from ..inventory import Node
 from ..model import HostPlan, Problem, Service
 from ..topology import Topology
-from ..validation import model_patches
+from ..validation import model_patches, takes_images
 from . import ascend, nvidia, rocm
 
 ORDER_FIRST = 10
@@ -41,11 +41,34 @@ def build_engine_args(ctx: Context, planner_flags: list[tuple[str, Any]]) -> tup
         ea.apply_mapping(
             section, f"data/presets/{ctx.preset_name}.yml engines.{ctx.engine_family}", OWNER_HINT
         )
+    for key, flag in env_as_flags(ctx).items():  # before llmb_engine_args: a flag given there wins
+        ea.apply_token(flag, ctx.v["llmb_engine_env"][key], f"llmb_engine_env[{key!r}]", OWNER_HINT)
+        ctx.notes.append(f"llmb_engine_env {key} is {flag} in {ctx.engine} {ctx.version} (the variable is gone "
+                         f"there: {ctx.flagset.env_renamed[key].get('source', '')}); passed as the flag")
     ea.apply_mapping(ctx.v.get("llmb_engine_args"), "llmb_engine_args", OWNER_HINT)
     ea.apply_argv(
         [str(t) for t in ctx.v.get("llmb_engine_extra_args") or []], "llmb_engine_extra_args", OWNER_HINT
     )
     return ea, ea.problems
+
+
+def env_as_flags(ctx: Context) -> dict[str, str]:
+    """llmb_engine_env variables the chosen release reads as a flag instead (the hand overlay's
+    ``env_renamed``: VLLM_ALL2ALL_BACKEND is --all2all-backend from vLLM 0.33.0, whose vllm/envs.py no
+    longer has it): variable -> flag, for a release at or after ``since`` whose set has the flag. The
+    one decision: build_engine_args passes them as flags, node_plan leaves them out of the environment."""
+    from ...catalog import version_key
+
+    env = ctx.v.get("llmb_engine_env") or {}
+    out: dict[str, str] = {}
+    for key, rec in ctx.flagset.env_renamed.items():
+        if key not in env or env[key] is None or not rec.get("to"):
+            continue
+        if version_key(ctx.version) < version_key(str(rec.get("since", "0"))):
+            continue
+        if ctx.flagset.resolve(rec["to"]) is not None:
+            out[key] = rec["to"]
+    return out
 
 
 def iface_env(ctx: Context, topo: Topology, node: Node) -> dict[str, str]:
@@ -134,19 +157,26 @@ def api_block(ctx: Context, topo: Topology, node: Node, engine_args: dict[str, A
     tools = bool(engine_args.get("--tool-call-parser"))
     if topo.caps.tool_choice_flag:
         tools = tools and bool(engine_args.get(topo.caps.tool_choice_flag))
-    return {
+    out = {
         "base_url": http_url(node.address, ctx.v["llmb_api_port"], "/v1"),
         "served_model_name": ctx.served_name,
         "reasoning": reasoning,
         "tool_calls": tools,
     }
+    # the smoke test sends an image (serve role, llmb_smoke image) when the served model takes one;
+    # in the JSON only when set, so the plans of text models keep their form
+    if takes_images(ctx.model, engine_args)[0] and ctx.v.get("serve_smoke_image") != "never":
+        out["vision"] = True
+    return out
 
 
 def node_plan(
     ctx: Context, topo: Topology, node: Node, model_path: str, platform_env: dict[str, str] | None = None
 ) -> tuple[HostPlan, dict[str, str]]:
     """A node's plan and its engine environment: communicators, the platform's, llmb_engine_env."""
-    env = merge_env(iface_env(ctx, topo, node), platform_env, ctx.v.get("llmb_engine_env"))
+    moved = env_as_flags(ctx)  # passed as flags by build_engine_args
+    own = {k: v for k, v in (ctx.v.get("llmb_engine_env") or {}).items() if k not in moved}
+    env = merge_env(iface_env(ctx, topo, node), platform_env, own)
     return host_plan(ctx, node, model_path), env
 
 

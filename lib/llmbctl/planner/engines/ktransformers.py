@@ -1,4 +1,12 @@
-"""KTransformers plans: one node, GPU plus CPU experts, GGUF weights (seed 004 "KTransformers Deployment").
+"""KTransformers plans: one node, GPU plus CPU experts (seed 004 "KTransformers Deployment"; 0.5+ under SGLang).
+
+Two forms, chosen by the pinned release's generated set (its ``command``, walked from the release):
+- 0.3.2, ``python -m ktransformers.server.main``: the seed's GGUF form below;
+- 0.5 and later (``python -m sglang.launch_server`` of sglang-kt, the --kt-* options; ktransformers 0.7.2
+  on the package index): an SGLang server whose MoE experts run on the CPU (kvcache-ai/ktransformers
+  doc/en/kt-kernel/Kimi-K2-Thinking-Native.md: --model and --kt-weight-path the same INT4 folder with
+  --kt-method RAWINT4; --kt-cpuinfer physical cores less the GPUs, --kt-threadpool-count one pool per
+  NUMA node, --kt-num-gpu-experts the experts kept on the GPUs).
 
     python ktransformers/server/main.py --model_path /path/to/K2 --gguf_path /path/to/K2 --cache_lens 30000
     ... --optimize_config_path ktransformers/optimize/optimize_rules/DeepSeek-V3-Chat-fp8-linear-ggml-experts-serve-amx.yaml
@@ -62,8 +70,11 @@ def topology(ctx: Context, caps: EngineCaps, sizes: Sizes) -> tuple[Topology | N
                 fix="list one host in accel_nodes for llmb_engine: ktransformers",
             )
         ]
+    # the SGLang form shards attention and the GPU experts over the node's GPUs (--tp-size, as the
+    # KTransformers docs launch it); the seed's server takes no TP
+    tp = sizes.devices_per_node if sglang_form(ctx) else 1
     return Topology("single", 1, sizes.devices_per_node, sizes.devices_per_node, sizes.devices_per_node,
-                    1, 1, sizes.dp, 1, 1, WHOLE_NODES, caps), []
+                    tp, 1, sizes.dp, 1, 1, WHOLE_NODES, caps), []
 
 
 def amx_rules(ctx: Context) -> tuple[str | None, str]:
@@ -121,7 +132,23 @@ def chosen_rules(ctx: Context, topo: Topology) -> tuple[str | None, list[Problem
     return _rules_path(ctx, name), []
 
 
+SGLANG_MODULE = "sglang.launch_server"
+
+# the --kt-* options a plan of the SGLang form needs, and why (Kimi-K2-Thinking-Native.md, above)
+KT_NEEDED = {
+    "--kt-cpuinfer": "the CPU threads of the expert kernels (physical cores less the GPUs)",
+    "--kt-num-gpu-experts": "the experts per MoE layer kept on the GPUs (0 on one 48 GB GPU)",
+}
+
+
+def sglang_form(ctx: Context) -> bool:
+    """Whether the pinned release runs under SGLang's server (its generated set's command)."""
+    return list(ctx.flagset.command[-2:]) == ["-m", SGLANG_MODULE]
+
+
 def engine_args(ctx: Context, topo: Topology) -> tuple[EngineArgs, list[Problem]]:
+    if sglang_form(ctx):
+        return _sglang_engine_args(ctx, topo)
     v = ctx.v
     model_dir = str(v["llmb_model_dir"])
     rule_problems: list[Problem] = []
@@ -152,9 +179,38 @@ def engine_args(ctx: Context, topo: Topology) -> tuple[EngineArgs, list[Problem]
     return ea, rule_problems + ea.problems
 
 
+def _sglang_engine_args(ctx: Context, topo: Topology) -> tuple[EngineArgs, list[Problem]]:
+    """The SGLang form: the model folder is also the CPU experts' weights (--kt-weight-path, RAWINT4
+    native INT4) unless llmb_engine_args names another folder; TP over the node's GPUs."""
+    v = ctx.v
+    model_dir = str(v["llmb_model_dir"])
+    flags: list[tuple[str, Any]] = [
+        ("--model-path", model_dir),
+        ("--kt-weight-path", model_dir),
+        ("--served-model-name", ctx.served_name),
+        ("--host", v["llmb_api_host"]),
+        ("--port", v["llmb_api_port"]),
+        ("--tp-size", topo.tp if topo.tp > 1 else None),
+    ]
+    ea, problems = common.build_engine_args(ctx, [(f, x) for f, x in flags if f in ctx.flagset.flags])
+    problems = list(problems)
+    for flag, what in KT_NEEDED.items():
+        if flag in ctx.flagset.flags and ea.get(flag) is None:
+            problems.append(Problem(
+                "engine-flag-value",
+                f"{ctx.engine} {ctx.version} runs the MoE experts on the CPU and needs {flag}: {what}",
+                found=f"no {flag} in the model profile, preset or llmb_engine_args",
+                expected=f"{flag} <integer>",
+                fix=f"set llmb_engine_args: {{{flag[2:]}: <integer>}} (kvcache-ai/ktransformers "
+                    "doc/en/kt-kernel/Kimi-K2-Thinking-Native.md gives the values per GPU count)"))
+    return ea, problems
+
+
 def services(ctx: Context, topo: Topology, ea: EngineArgs) -> list[HostPlan]:
     node = ctx.dep.head
     model_dir = str(ctx.v["llmb_model_dir"])
+    if sglang_form(ctx):
+        return _sglang_services(ctx, topo, ea, node, model_dir)
     argv = [common.venv_bin(ctx, "python"), "-m", "ktransformers.server.main", *ea.argv()]
     hp, env = common.node_plan(ctx, topo, node, model_dir)
     svc = Service(name="llmb-ktransformers", kind="systemd", role="api", argv=argv, order=common.ORDER_API, env=env)
@@ -165,4 +221,18 @@ def services(ctx: Context, topo: Topology, ea: EngineArgs) -> list[HostPlan]:
     port = ctx.v["llmb_api_port"]
     svc.health = dict(svc.health or {}, url=http_url(node.address, port, "/v1/models"), path="/v1/models",
                       models_path="/models")
+    return [hp]
+
+
+def _sglang_services(ctx: Context, topo: Topology, ea: EngineArgs, node: Any, model_dir: str) -> list[HostPlan]:
+    """One `python -m sglang.launch_server` with the --kt-* options, from the release's venv (sglang-kt
+    and kt-kernel, installed with it: ``packages``); healthy when SGLang's /health answers."""
+    argv = [common.venv_bin(ctx, "python"), "-m", SGLANG_MODULE, *ea.argv()]
+    hp, env = common.node_plan(ctx, topo, node, model_dir)
+    svc = Service(name="llmb-ktransformers", kind="systemd", role="api", argv=argv, order=common.ORDER_API, env=env)
+    svc.ready = common.ready_tcp(ctx, node, ctx.v["llmb_api_port"])
+    common.place_rank(ctx, topo, hp, svc, node, ea)
+    packages = overlay_for(ctx.data, ctx.engine, ctx.version).get("packages") or []
+    if packages and ctx.v["llmb_install"] != "container":
+        svc.packages = [str(p).format(version=ctx.version) for p in packages]
     return [hp]

@@ -24,7 +24,7 @@ from llmb.ports import host_port
 
 from ...catalog import Catalog
 from ...engines.capabilities import EngineCaps, HostPackage
-from ...engines.registry import FlagSet, load_flagset
+from ...engines.registry import FlagSet, load_flagset, overlay_for
 from .. import containers
 from .. import topology as shared
 from ..context import Context
@@ -130,13 +130,12 @@ def engine_args(ctx: Context, topo: Topology) -> tuple[EngineArgs, list[Problem]
 
 
 def _ray_flagset(data: Catalog) -> FlagSet:
-    for name in data.flagset_names():
-        doc = data.flagset_doc(name)
-        if doc and doc.get("engine") == "ray":
-            fs = load_flagset(data, "ray", str(doc["version"]))
-            if fs is not None:
-                return fs
-    raise ValueError("no data/engines/ray-<version>.yml: cannot plan a Ray cluster")
+    """The newest shipped Ray release's set (the one `make engine-check` parses the `ray start` argv with)."""
+    version = data.newest_version("ray")
+    fs = load_flagset(data, "ray", version) if version else None
+    if fs is None:
+        raise ValueError("no data/engines/ray-<version>.yml: cannot plan a Ray cluster")
+    return fs
 
 
 def _ray_argv(ctx: Context, fs: FlagSet, node: Node, head: Node, exe: str) -> list[str]:
@@ -240,6 +239,7 @@ def services(ctx: Context, topo: Topology, ea: EngineArgs) -> list[HostPlan]:
         else:
             svc = Service(name="llmb-vllm", kind="systemd", role=role, argv=argv, order=order, env=env)
             svc = common.engine_service(ctx, svc, *bits)
+        svc.packages = loader_packages(ctx, values)
         common.place_rank(ctx, topo, hp, svc, node, ea)
         if is_head and topo.mode == "dp":
             svc.ports.append({"port": v["llmb_dp_rpc_port"], "purpose": "dp-rpc"})
@@ -259,3 +259,13 @@ def services(ctx: Context, topo: Topology, ea: EngineArgs) -> list[HostPlan]:
                 svc.stop_argv = containers.exec_stop_argv(svc.name, ray_name)
         plans.append(hp)
     return plans
+
+
+def loader_packages(ctx: Context, values: dict[str, Any]) -> list[str]:
+    """The package a host install needs for the chosen --load-format (data/engines/hand/vllm.yml
+    load_format_packages); [] in a container (the image is what it is) or for a built-in loader."""
+    if ctx.v["llmb_install"] == "container":
+        return []
+    table = overlay_for(ctx.data, ctx.engine, ctx.version).get("load_format_packages") or {}
+    package = table.get(str(values.get("--load-format")))
+    return [str(package)] if package else []

@@ -1,40 +1,18 @@
-"""Text helpers shared by the hardware parsers (stdlib only, Python 3.11+)."""
+"""Text helpers shared by the hardware parsers (stdlib only, Python 3.11+).
+
+What a parser finds wrong in a capture is a llmb.finding.Finding (Finding.capture: severity, line, text).
+"""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 # CSI sequences (colours, cursor moves), OSC sequences (window titles, ended by BEL or ESC \\) and the
 # other C0 controls a terminal copy may carry (tab and newline are kept; \r is handled by clean_lines).
 ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-Z\\-_]?|[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 BOM = "\ufeff"
 HEADER_RE = re.compile(r"^# (source|machine|command|exit status|stderr|note):", re.IGNORECASE)
-
-
-@dataclass(frozen=True)
-class Finding:
-    """One thing a parser could not read or found inconsistent in a capture.
-
-    severity: "error" (the parsed facts are incomplete or wrong: the capture is refused) or "warning"
-    (the facts are usable, something was repaired or is doubtful). line: the 1-based line of the
-    capture file (header lines included), None when the finding is about the whole capture; text:
-    that line as captured (shortened), "" when none.
-    """
-
-    severity: str
-    line: int | None
-    text: str
-    message: str
-
-    def as_dict(self) -> dict:
-        return {"severity": self.severity, "line": self.line, "text": self.text, "message": self.message}
-
-    def __str__(self) -> str:
-        where = f"line {self.line}: " if self.line else ""
-        shown = f": {self.text!r}" if self.text else ""
-        return f"{where}{self.message}{shown}"
 
 
 class ParseError(ValueError):

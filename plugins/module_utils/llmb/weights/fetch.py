@@ -24,6 +24,8 @@ from . import verify as vf
 from .lock import DirLock, LockTimeout
 
 HF_META_DIR = os.path.join(".cache", "huggingface", "download")
+# another revision's files that the fetched one replaces wait here until it is verified (issue 27)
+PREVIOUS_DIR = ".llmb-previous"
 
 
 class FetchError(Exception):
@@ -224,6 +226,35 @@ def _remove_bad(dest: str, bad: list[dict]) -> None:
             pass
 
 
+def _set_aside(dest: str, bad: list[dict]) -> list[str]:
+    """Files of the revision on disk that the new revision replaces: renamed under
+    ``dest/.llmb-previous/`` (same filesystem, no copy), kept until the new files are verified; the
+    names moved, for _put_back."""
+    keep = os.path.join(dest, PREVIOUS_DIR)
+    moved = []
+    for b in bad:
+        for name in (b["path"], b["path"] + vf.ORIG_SUFFIX):
+            src = os.path.join(dest, name)
+            if os.path.lexists(src):
+                target = os.path.join(keep, name)
+                os.makedirs(os.path.dirname(target), exist_ok=True)
+                os.replace(src, target)
+                moved.append(name)
+        try:
+            os.unlink(os.path.join(dest, HF_META_DIR, b["path"] + ".metadata"))
+        except FileNotFoundError:
+            pass
+    return moved
+
+
+def _put_back(dest: str, moved: list[str]) -> None:
+    """The new revision did not arrive verified: the previous revision's files back where they were."""
+    keep = os.path.join(dest, PREVIOUS_DIR)
+    for name in moved:
+        os.replace(os.path.join(keep, name), os.path.join(dest, name))
+    shutil.rmtree(keep, ignore_errors=True)
+
+
 def _restore_patched(dest: str, ok: list[str], check: bool) -> list[str]:
     """A patched file whose pristine .orig is fine but which itself is gone: copy it back."""
     restored = []
@@ -338,7 +369,13 @@ def _run_locked(p: FetchParams, m: dict, result: dict, check: bool, t0: float) -
             return result
         # peers waiting on this node must not read a previous run's "failed" while this one works
         vf.save_record(dest, dict(v["record"], status="fetching"))
-        _remove_bad(dest, v["bad"])
+        # a new revision over a complete earlier one: its files are set aside, not deleted, until the new
+        # ones are verified (an engine restarted meanwhile, or a failed fetch, still finds a whole model)
+        upgrade = bool(old_record) and old_record.get("status") == "complete" and old_record.get("commit") not in (
+            None, m["commit"])
+        moved = _set_aside(dest, v["bad"]) if upgrade else []
+        if not upgrade:
+            _remove_bad(dest, v["bad"])
         try:
             if p.source == "hub":
                 out = call_hub(p, {"op": "download", "repo_id": m["repo_id"], "commit": m["commit"], "dest": dest,
@@ -359,7 +396,11 @@ def _run_locked(p: FetchParams, m: dict, result: dict, check: bool, t0: float) -
             else:
                 raise FetchError(f"{host()}: source {p.source!r} is not hub, peer or none", check="params")
         except FetchError as exc:
-            _failed_record(dest, m, str(exc))
+            if moved:
+                _put_back(dest, moved)
+                vf.save_record(dest, old_record)
+            else:
+                _failed_record(dest, m, str(exc))
             raise
         result["changed"] = True
         result["fetched"] = need
@@ -375,9 +416,16 @@ def _run_locked(p: FetchParams, m: dict, result: dict, check: bool, t0: float) -
                        + "; ".join(f"{b['path']} expected {b['expected']}, found {b['found']}" for b in after["bad"][:3])
                        + (f" missing {', '.join(after['missing'][:5])}" if after["missing"] else "")
                        + "; run again (only these files are fetched again)")
-                _failed_record(dest, m, msg)
+                if moved:
+                    _put_back(dest, moved)
+                    vf.save_record(dest, old_record)
+                else:
+                    _failed_record(dest, m, msg)
                 raise FetchError(msg, check="verify", bad=after["bad"], missing=after["missing"])
             new_record = after["record"]
+        if moved:
+            result["previous_removed"] = len(moved)
+            shutil.rmtree(os.path.join(dest, PREVIOUS_DIR), ignore_errors=True)
     else:
         new_record = v["record"]
     _index_check(dest, m)

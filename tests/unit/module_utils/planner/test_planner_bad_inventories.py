@@ -85,7 +85,7 @@ CASES = [
         ["--dist-init-addr"],
     ),
     ("missing-model", "h100", drop("llmb_model"), "required", ["llmb_model is not set"]),
-    ("unknown-model", "h100", set_all(llmb_model="kimi-k3"), "model", ["data/models/kimi-k3.yml"]),
+    ("unknown-model", "h100", set_all(llmb_model="kimi-k9"), "model", ["data/models/kimi-k9.yml"]),
     (
         "unknown-platform",
         "h100",

@@ -124,3 +124,40 @@ def test_flag_set_files_are_json_below_their_comments(path):
         assert spec["type"] in {"flag", "bool", "int", "float", "str", "json", "choice", "list", "optional"}
         if spec["type"] == "choice":
             assert spec["choices"]
+
+
+def _h800_on(version: str, env: dict) -> dict:
+    """The h800 sample's plan on ``version`` with llmb_engine_env extended by ``env``."""
+    from llmbctl.planner import plan_inventory
+    from planner_helpers import load_inventory
+
+    hv, groups = load_inventory("h800")
+    for v in hv.values():
+        v["llmb_engine_version"] = version
+        v["llmb_engine_env"] = {**(v.get("llmb_engine_env") or {}), **env}
+    return plan_inventory(hv, groups, str(REPO / "data"), source="test").to_list()
+
+
+def test_vllm_all2all_env_becomes_the_flag_on_the_release_without_the_variable():
+    """VLLM_ALL2ALL_BACKEND is gone from vLLM 0.33.0's envs.py: there the plan passes its value as
+    --all2all-backend and leaves the variable out; an older release keeps the variable as given."""
+    for host in _h800_on("0.33.0", {"VLLM_ALL2ALL_BACKEND": "deepep_low_latency"}):
+        for svc in host["services"]:
+            assert "VLLM_ALL2ALL_BACKEND" not in (svc.get("env") or {}), svc["name"]
+        serve = [s for s in host["services"] if "serve" in (s.get("argv") or [])]
+        for svc in serve:
+            i = svc["argv"].index("--all2all-backend")
+            assert svc["argv"][i + 1] == "deepep_low_latency"
+    older = _h800_on("0.32.0", {"VLLM_ALL2ALL_BACKEND": "deepep_low_latency"})
+    envs = [s.get("env") or {} for h in older for s in h["services"] if "serve" in (s.get("argv") or [])]
+    assert envs and all(e.get("VLLM_ALL2ALL_BACKEND") == "deepep_low_latency" for e in envs)
+    assert not [s for h in older for s in h["services"] if "--all2all-backend" in (s.get("argv") or [])]
+
+
+def test_vllm_all2all_env_value_is_checked_as_the_flag_is():
+    from llmbctl.planner import PlanError
+
+    with pytest.raises(PlanError) as err:
+        _h800_on("0.33.0", {"VLLM_ALL2ALL_BACKEND": "no_such_backend"})
+    assert any("--all2all-backend" in p.message and "llmb_engine_env" in (p.found or "")
+               for p in err.value.problems), err.value.problems

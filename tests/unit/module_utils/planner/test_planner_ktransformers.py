@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 from llmb.hw.host import parse_lscpu
+from llmbctl.catalog import Catalog
 from llmbctl.hw.facts import build_facts
 from llmbctl.planner import plan_inventory
 from llmbctl.planner.model import PlanError
@@ -117,3 +118,53 @@ def test_bad_inputs_refused():
     with pytest.raises(PlanError) as err:
         plan_inventory(hv, groups, str(REPO / "data"))
     assert any("KTransformers runs on one node" in p.message for p in err.value.problems)
+
+
+# --------------------------------------------------------------------------- 0.7.2: under SGLang's server
+
+KT_ARGS = {"kt-cpuinfer": 96, "kt-num-gpu-experts": 8, "kt-method": "RAWINT4", "kt-threadpool-count": 2}
+
+
+def _kt_072(args: dict | None) -> list[dict]:
+    hv, groups = load_inventory("ktransformers")
+    for v in hv.values():
+        v["llmb_engine_version"] = "0.7.2"
+        if args is not None:
+            v["llmb_engine_args"] = dict(args)
+    return plan_inventory(hv, groups, str(REPO / "data"), source="test").to_list()
+
+
+def test_kt_0_7_2_is_an_sglang_service_with_the_kt_options_of_its_own_parser():
+    """KTransformers 0.7.2 (its generated set: sglang-kt's `python -m sglang.launch_server`) plans an
+    SGLang server: the model folder is also the CPU experts' weights (RAWINT4), TP over the node's
+    GPUs, the --kt-* values given; none of the seed's server/main.py options."""
+    (host,) = _kt_072(KT_ARGS)
+    svc = service(host, "llmb-ktransformers")
+    argv = svc["argv"]
+    assert argv[:3] == ["/opt/llmb/venvs/ktransformers-0.7.2/bin/python", "-m", "sglang.launch_server"]
+    fs = flagset_of(Catalog(REPO / "data"), "ktransformers", "0.7.2")
+    pairs, positionals = canonical_pairs(fs, argv[3:])
+    got = dict(pairs)
+    assert not positionals
+    model = host["model"]["dir"]
+    assert got["--model-path"] == model and got["--kt-weight-path"] == model
+    assert got["--tp-size"] == 8
+    assert (got["--kt-cpuinfer"], got["--kt-num-gpu-experts"], got["--kt-method"]) == (96, 8, "RAWINT4")
+    assert not {"--model_path", "--gguf_path", "--optimize_config_path", "--cache_lens"} & set(argv)
+    assert svc["health"]["path"] == "/health"
+    assert svc["packages"] == ["ktransformers==0.7.2", "kt-kernel==0.7.2", "sglang-kt==0.7.2"]
+
+
+def test_kt_0_7_2_without_the_cpu_expert_options_is_refused_naming_them():
+    with pytest.raises(PlanError) as err:
+        _kt_072(None)
+    found = {p.message.split(" needs ")[1].split(":")[0] for p in err.value.problems if " needs --kt-" in p.message}
+    assert found == {"--kt-cpuinfer", "--kt-num-gpu-experts"}
+    assert all("llmb_engine_args" in p.fix for p in err.value.problems if " needs --kt-" in p.message)
+
+
+def test_kt_0_7_2_refuses_the_seed_servers_options():
+    args = dict(KT_ARGS, cache_lens=30000)
+    with pytest.raises(PlanError) as err:
+        _kt_072(args)
+    assert any(p.check == "engine-flag-unknown" and "--cache_lens" in p.message for p in err.value.problems)

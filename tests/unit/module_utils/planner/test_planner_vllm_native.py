@@ -29,7 +29,7 @@ def _value(argv: list[str], flag: str) -> str | None:
     return argv[argv.index(flag) + 1] if flag in argv else None
 
 
-@pytest.mark.parametrize("version", ["0.19.1", "0.23.0", "0.26.0", "0.32.0"])
+@pytest.mark.parametrize("version", ["0.19.1", "0.23.0", "0.26.0", "0.32.0", "0.33.0"])
 def test_tp_pp_across_nodes_plans_the_native_launch_by_default_where_the_release_has_it(version):
     hosts = _hosts(_plan(llmb_engine_version=version))
     (head,), (other,) = hosts["node1"]["services"], hosts["node2"]["services"]

@@ -169,3 +169,45 @@ def test_hubclient_source_is_self_contained():
         elif isinstance(node, ast.Import):
             mods.update(a.name.split(".")[0] for a in node.names)
     assert mods <= {"json", "os", "sys", "time", "re", "errno", "concurrent", "huggingface_hub"}
+
+
+def _as_other_revision(dest, manifest) -> dict:
+    """The record of a complete copy rewritten as if it held another commit (an earlier revision)."""
+    rec = json.loads((dest / vf.RECORD_NAME).read_text())
+    rec["commit"] = "a" * 40
+    (dest / vf.RECORD_NAME).write_text(json.dumps(rec))
+    return rec
+
+
+def test_a_new_revision_keeps_the_previous_files_until_it_is_verified(hub, tmp_path, venv_python, sim_manifest):
+    dest = tmp_path / "m"
+    fetch.run(params(hub, dest, venv_python))
+    data = bytearray((dest / SHARD2).read_bytes())
+    data[4096] ^= 0x55  # the earlier revision's shard 2 differs from this one's
+    (dest / SHARD2).write_bytes(bytes(data))
+    previous = bytes(data)
+    rec = _as_other_revision(dest, sim_manifest)
+    # the new revision's download fails: the previous revision's file is back, and its record
+    real = fetch.call_hub
+
+    def broken(p, request, timeout):
+        if request.get("op") == "download":
+            assert (dest / fetch.PREVIOUS_DIR / SHARD2).read_bytes() == previous  # set aside meanwhile
+            assert not (dest / SHARD2).exists()
+            raise fetch.FetchError("hub down", check="hub")
+        return real(p, request, timeout)
+
+    fetch.call_hub = broken
+    try:
+        with pytest.raises(fetch.FetchError, match="hub down"):
+            fetch.run(params(hub, dest, venv_python, manifest=sim_manifest))
+    finally:
+        fetch.call_hub = real
+    assert (dest / SHARD2).read_bytes() == previous and not (dest / fetch.PREVIOUS_DIR).exists()
+    assert json.loads((dest / vf.RECORD_NAME).read_text()) == rec
+    # the hub answers: the new file is fetched and verified, then the previous one is gone
+    r = fetch.run(params(hub, dest, venv_python, manifest=sim_manifest))
+    assert r["fetched"] == [SHARD2] and r["previous_removed"] == 1 and r["complete"]
+    assert not (dest / fetch.PREVIOUS_DIR).exists()
+    assert vf.verify_dir(str(dest), sim_manifest, None)["complete"]
+    assert json.loads((dest / vf.RECORD_NAME).read_text())["commit"] == sim_manifest["commit"]
