@@ -11,7 +11,7 @@ export PATH := $(BIN):$(PATH)
 # Molecule scenarios `make molecule` / `make test` run (all of molecule/ that are proven green).
 SCENARIOS ?= harness verify ssh_mesh ssh_mesh_port engine_host engine_image engine_image_airgap weights weights-faults
 
-.PHONY: help venv docker-engine sim-stub image lint unit units-verify molecule e2e e2e-ctr perf perf-smoke test demo clean engine-check
+.PHONY: help venv docker-engine sim-stub image lint unit units-verify molecule e2e e2e-own e2e-ctr perf perf-smoke test demo clean engine-check
 
 help: ## this list
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -41,8 +41,15 @@ units-verify: venv image ## every sample inventory's systemd units: systemd-anal
 molecule: venv image ## every Molecule scenario, one after another
 	tests/run-molecule $(SCENARIOS)
 
-e2e: venv image ## site.yml end to end on a simulated 2-node cluster
-	pytest -q -p no:cacheprovider tests/e2e
+# The suites that bring up their own clusters (an engine upgrade and rollback: five bring-ups; the PD
+# router on a control node: 3 nodes) run beside the rest as e2e-own, so `make test` spreads them.
+E2E_OWN := tests/e2e/test_upgrade.py tests/e2e/test_disagg_control.py
+
+e2e: venv image ## site.yml end to end on a simulated 2-node cluster (and, in e2e-own, the suites with their own clusters)
+	pytest -q -p no:cacheprovider tests/e2e $(addprefix --ignore=,$(E2E_OWN))
+
+e2e-own: venv image ## the e2e suites with their own clusters: engine upgrade / rollback, PD router on a control node
+	LLMB_E2E_CLUSTER=e2eown pytest -q -p no:cacheprovider $(E2E_OWN)
 
 # e2e-ctr: the container serve path's three recipes and their faults (`make e2e-ctr E2E_CTR_SELECT=a3` runs
 # one recipe's); root login (the container path was proven with it).
@@ -65,7 +72,7 @@ engine-check: venv ## NOT in CI: each shipped engine release installed in turn, 
 # spent waiting on SSH round trips and service starts, so two share 2 cores well), longest first;
 # each suite's output is printed whole when it ends.
 TEST_JOBS ?= 2
-CLUSTER_SUITES := e2e molecule e2e-ctr perf-smoke units-verify
+CLUSTER_SUITES := e2e e2e-own molecule e2e-ctr perf-smoke units-verify
 
 test: lint unit ## everything CI runs
 	$(MAKE) --no-print-directory -j$(TEST_JOBS) --output-sync=target $(CLUSTER_SUITES)
