@@ -21,7 +21,8 @@ from llmbctl.verify import (  # noqa: E402
 )
 
 REAL = Path(__file__).resolve().parents[3] / ".." / "shared" / "fixtures" / "real"
-PROFILES = ["a2-910b-8", "a3-16npu", "h100-hgx8", "h100-x1", "h20-hgx8", "h200-hgx8", "h200-x2", "h800-hgx8",
+PROFILES = ["a2-910b-8", "a3-16npu", "h100-hgx8", "h100-x1", "h20-hgx8", "h200-hgx8", "h200-x2", "h200-x4",
+            "h800-hgx8",
             "mi300x-8", "mi325x-8", "mi355x-8"]
 
 
