@@ -11,6 +11,8 @@ from pathlib import Path
 from enginesim.flagset import take_values
 from llmbctl.catalog import Catalog
 from llmbctl.engines.registry import FlagSet, load_flagset
+from llmbctl.planner import memory
+from llmbctl.planner.engines import ENGINES
 
 REPO = Path(__file__).resolve().parents[4]
 INVENTORIES = REPO / "inventories"
@@ -140,6 +142,15 @@ def only_service(plan, name: str) -> dict:
     """The service `name` of a plan of one host."""
     (host,) = plan.to_list()
     return service(host, name)
+
+
+def memory_fit(planned):
+    """The memory fit of a plan, estimated from its engine's args; asserts it fits without problems."""
+    ctx, topo = planned.ctx, planned.topology
+    ea, _ = ENGINES[ctx.engine].engine_args(ctx, topo)
+    fit, problems, _ = memory.estimate_plan(ctx, topo, ea.values)
+    assert fit is not None and not problems
+    return fit
 
 
 def parse_docker_run(command: str, subst: dict[str, str]) -> list[tuple]:
