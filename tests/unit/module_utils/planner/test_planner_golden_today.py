@@ -8,7 +8,6 @@ from planner_helpers import (
     assert_recipe_flags,
     by_host,
     canonical_pairs,
-    flagset_of,
     only_service,
     recipe_tokens,
     service,
@@ -28,13 +27,11 @@ COOKBOOK_K26_SGLANG = (
 )
 
 
-def test_h200_k26_sglang_dp_attention_deepep(planned, data):
+def test_h200_k26_sglang_dp_attention_deepep(planned):
     plan = planned("h200-k26-sglang")
     svc = only_service(plan, "llmb-sglang")
-    fs = flagset_of(data, "sglang", "0.5.23")
     assert svc["argv"][:3] == ["/opt/llmb/venvs/sglang-0.5.23/bin/python", "-m", "sglang.launch_server"]
-    recipe = recipe_tokens(COOKBOOK_K26_SGLANG, {"$MODEL_PATH": "/data/models/Kimi-K2.6"})
-    assert_recipe_flags(fs, recipe[3:], svc["argv"][3:])
+    _assert_recipe(plan, svc, COOKBOOK_K26_SGLANG, {"$MODEL_PATH": "/data/models/Kimi-K2.6"}, start=3)
     # the vision model gets an image in the smoke test; the memory fit holds the replicated part per
     # DP attention rank (23.5 GB: attention, shared experts, embeddings in BF16) beside the experts / 8
     assert svc["api"]["vision"] is True and svc["api"]["reasoning"] and svc["api"]["tool_calls"]
