@@ -30,6 +30,25 @@ class ControllerAction:
         raise NotImplementedError
 
 
+RESULT_ARGS: dict[str, dict[str, Any]] = {
+    "artifacts_dir": {"type": "path", "required": True},
+    "host": {"type": "str"},
+}
+
+
+class HostResultAction(ControllerAction):
+    """An action that writes one host's result under the run's artifacts directory: its ``arg_spec``
+    holds ``RESULT_ARGS``, and ``act_on`` gets the host (the ``host`` argument, else the task's
+    inventory_hostname) and when the running stage started (``stage_started``)."""
+
+    def act(self, args: dict[str, Any], task_vars: dict[str, Any], result: dict[str, Any]) -> dict[str, Any]:
+        host = args["host"] or task_vars.get("inventory_hostname")
+        return self.act_on(host, stage_started(task_vars), args, result)
+
+    def act_on(self, host: str, started: str | None, args: dict[str, Any], result: dict[str, Any]) -> dict[str, Any]:
+        raise NotImplementedError
+
+
 def reraise(fn: Callable[..., Any], catch: type[Exception] | tuple[type[Exception], ...],
             as_error: Callable[[str], Exception], prefix: str = "") -> Callable[..., Any]:
     """``fn``, with an exception of the ``catch`` types raised again as ``as_error(prefix + message)``

@@ -9,28 +9,25 @@ import os
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 from llmbctl.collect import CollectError, secret_values, write_host
-from llmbctl.plugin import ControllerAction
+from llmbctl.plugin import RESULT_ARGS, HostResultAction
 from llmbctl.results import ResultError, record
 
 ARG_SPEC = {
-    "artifacts_dir": {"type": "path", "required": True},
+    **RESULT_ARGS,
     "files": {"type": "dict", "required": True},
     "secrets": {"type": "list", "elements": "raw", "default": [], "no_log": True},
-    "host": {"type": "str"},
 }
 
 
-class ActionModule(ControllerAction, ActionBase):
+class ActionModule(HostResultAction, ActionBase):
     arg_spec = ARG_SPEC
 
-    def act(self, args, task_vars, result):
-        host = args["host"] or task_vars.get("inventory_hostname")
+    def act_on(self, host, started, args, result):
         try:
             written = write_host(args["artifacts_dir"], host, args["files"],
                                  secret_values(os.environ, [s for s in args["secrets"] if isinstance(s, str)]))
-            started = task_vars.get("llmb_stage_started")
             record(args["artifacts_dir"], "collect", host, {"files": written["files"], "bytes": written["bytes"]},
-                   started=started if isinstance(started, str) else None)
+                   started=started)
         except (CollectError, ResultError, OSError) as err:
             raise AnsibleActionFail(f"{host}: llmb_collect_write: {err}") from None
         result.update(changed=False, **written)

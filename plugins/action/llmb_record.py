@@ -6,25 +6,23 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
-from llmbctl.plugin import ControllerAction, stage_started
+from llmbctl.plugin import RESULT_ARGS, HostResultAction
 from llmbctl.results import ResultError, record
 
 ARG_SPEC = {
-    "artifacts_dir": {"type": "path", "required": True},
+    **RESULT_ARGS,
     "stage": {"type": "str", "required": True},
     "data": {"type": "dict", "default": {}},
-    "host": {"type": "str"},
 }
 
 
-class ActionModule(ControllerAction, ActionBase):
+class ActionModule(HostResultAction, ActionBase):
     arg_spec = ARG_SPEC
 
-    def act(self, args, task_vars, result):
-        host = args["host"] or task_vars.get("inventory_hostname")
+    def act_on(self, host, started, args, result):
         try:
-            # llmb_stage_started: set per stage by playbooks/_run.yml (the report's durations)
-            path = record(args["artifacts_dir"], args["stage"], host, args["data"], started=stage_started(task_vars))
+            # started: the running stage's clock, set per stage by playbooks/_run.yml (the report's durations)
+            path = record(args["artifacts_dir"], args["stage"], host, args["data"], started=started)
         except (ResultError, OSError) as err:
             raise AnsibleActionFail(f"{host}: llmb_record {args['stage']}: {err}") from None
         result.update(changed=False, path=path)

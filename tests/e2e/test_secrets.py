@@ -118,12 +118,19 @@ def leaks(files: list[Path], planted: dict[str, str], root: Path) -> set[tuple[s
     return found
 
 
-def test_llmb_up_writes_no_planted_secret(planted_cluster):
-    inv, vault_pass, hub, planted = planted_cluster
-    run_id = f"pins-secrets-{int(time.time())}"
+def planted_env(planted: dict[str, str], vault_pass: Path) -> dict[str, str]:
+    """The environment of an llmb run with the planted token and cloud credential and the vault's
+    password file (no run id or artifacts directory inherited: the test names its own run)."""
     env = {k: v for k, v in os.environ.items() if k not in ("LLMB_RUN_ID", "LLMB_ARTIFACTS_DIR")}
     env.update(HF_TOKEN=planted["HF_TOKEN"], AWS_SECRET_ACCESS_KEY=planted["AWS_SECRET_ACCESS_KEY"],
                ANSIBLE_VAULT_PASSWORD_FILE=str(vault_pass), LANG="C.UTF-8", LC_ALL="C.UTF-8")
+    return env
+
+
+def test_llmb_up_writes_no_planted_secret(planted_cluster):
+    inv, vault_pass, hub, planted = planted_cluster
+    run_id = f"pins-secrets-{int(time.time())}"
+    env = planted_env(planted, vault_pass)
     t0 = time.time()
     up = llmb("up", "-i", str(inv), "-e", f"weights_hf_endpoint={hub}", "--run-id", run_id, env=env)
     run_dir = ROOT / "artifacts" / run_id
@@ -153,9 +160,7 @@ def test_llmb_collect_archive_holds_no_planted_secret(planted_cluster, tmp_path)
 
     inv, vault_pass, _hub, planted = planted_cluster
     run_id = f"collect-secrets-{int(time.time())}"
-    env = {k: v for k, v in os.environ.items() if k not in ("LLMB_RUN_ID", "LLMB_ARTIFACTS_DIR")}
-    env.update(HF_TOKEN=planted["HF_TOKEN"], AWS_SECRET_ACCESS_KEY=planted["AWS_SECRET_ACCESS_KEY"],
-               ANSIBLE_VAULT_PASSWORD_FILE=str(vault_pass), LANG="C.UTF-8", LC_ALL="C.UTF-8")
+    env = planted_env(planted, vault_pass)
     t0 = time.time()
     res = llmb("collect", "-i", str(inv), "--run-id", run_id, env=env, timeout=900)
     run_dir = ROOT / "artifacts" / run_id

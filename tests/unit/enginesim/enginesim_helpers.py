@@ -8,9 +8,9 @@ import shutil
 import socket
 import subprocess
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
+
+from llmb.smoke import _call as smoke_call
 
 REPO = Path(__file__).resolve().parents[3]
 ENGINESIM = REPO / "tests" / "enginesim"
@@ -111,18 +111,12 @@ def cli(name: str) -> list[str]:
 
 
 def http(url: str, body: dict | None = None, timeout: float = 5) -> tuple[int, object]:
-    data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            raw = resp.read()
-            status = resp.status
-    except urllib.error.HTTPError as err:
-        raw, status = err.read(), err.code
-    try:
-        return status, json.loads(raw) if raw else None
-    except ValueError:
-        return status, raw.decode()
+    """POST `body` (GET without one) through the smoke tests' own client (llmb.smoke); a refused or
+    timed-out connection raises OSError (wait_healthy retries on it)."""
+    status, resp = smoke_call("POST" if body is not None else "GET", url, body, timeout)
+    if status is None:
+        raise OSError(resp["error"])
+    return status, resp
 
 
 def wait_healthy(port: int, proc: Proc, timeout: float = 30) -> None:

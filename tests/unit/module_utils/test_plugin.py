@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from llmbctl.plugin import ControllerAction, reraise, reraise_each
+from llmbctl.plugin import RESULT_ARGS, ControllerAction, HostResultAction, reraise, reraise_each
 
 
 class PluginError(Exception):
@@ -64,3 +64,25 @@ def test_controller_action_validates_arguments_then_acts():
     assert action.run() == {"started": True, "args": {"stage": "engine"}, "host": None}
     assert action.seen_vars == {}
     assert (Echo.TRANSFERS_FILES, Echo._requires_connection) == (False, False)
+
+
+class Recorder(HostResultAction, FakeActionBase):
+    arg_spec = {**RESULT_ARGS, "stage": {"type": "str", "default": "serve"}}
+
+    def act_on(self, host, started, args, result):
+        return dict(result, host=host, clock=started, stage=args["stage"])
+
+
+class RecorderFor(Recorder):
+    arg_spec = {**Recorder.arg_spec, "host": {"type": "str", "default": "n9"}}
+
+
+def test_host_result_action_names_the_host_and_the_running_stage_clock():
+    localhost_clock = {"hostvars": {"localhost": {"llmb_stage_started": "2026-01-02T00:00:00Z"}}}
+    # the host is the task's inventory_hostname; the clock is the stage's (localhost), not the run's first
+    got = Recorder().run(task_vars={"inventory_hostname": "n1", "llmb_stage_started": "first", **localhost_clock})
+    assert got == {"started": True, "clock": "2026-01-02T00:00:00Z", "host": "n1", "stage": "serve"}
+    assert Recorder().run(task_vars={"inventory_hostname": "n1"})["clock"] is None
+    assert set(RESULT_ARGS) <= set(Recorder.arg_spec)
+    # a `host` argument names the host the result is of
+    assert RecorderFor().run(task_vars={"inventory_hostname": "n1"})["host"] == "n9"

@@ -11,6 +11,8 @@ from pathlib import Path
 from enginesim.flagset import take_values
 from llmbctl.catalog import Catalog
 from llmbctl.engines.registry import FlagSet, load_flagset
+from llmbctl.planner import memory
+from llmbctl.planner.engines import ENGINES
 
 REPO = Path(__file__).resolve().parents[4]
 INVENTORIES = REPO / "inventories"
@@ -103,6 +105,29 @@ def recipe_tokens(command: str, subst: dict[str, str]) -> list[str]:
     return shlex.split(command)
 
 
+def assert_recipe_flags(fs: FlagSet, recipe: list[str], argv: list[str]) -> tuple[list[str], list[str]]:
+    """Every (flag, value) of the recipe tokens is in the argv tokens (canonical form, renames applied).
+
+    Returns the positionals of both (recipe, argv) for the caller's own check of the model path.
+    """
+    want, want_pos = canonical_pairs(fs, recipe)
+    got, got_pos = canonical_pairs(fs, argv)
+    missing = [p for p in want if p not in got]
+    assert not missing, f"recipe flags missing from the plan: {missing}\nplan argv: {argv}"
+    return want_pos, got_pos
+
+
+def assert_serve_flags(fs: FlagSet, svc_argv: list[str], recipe: list[str], skip_head: int, model_path: str) -> None:
+    """Every (flag, value) of the recipe command is in the service argv; the model is the positional."""
+    want_pos, got_pos = assert_recipe_flags(fs, recipe[skip_head:], svc_argv[skip_head:])
+    if want_pos:
+        assert want_pos == [model_path] and model_path in got_pos, (want_pos, got_pos)
+
+
+def by_host(plan) -> dict[str, dict]:
+    return {h["host"]: h for h in plan.to_list()}
+
+
 def service(host_plan: dict, name: str | None = None, role: str | None = None) -> dict:
     for svc in host_plan["services"]:
         if (name is None or svc["name"] == name) and (role is None or svc["role"] == role):
@@ -111,6 +136,21 @@ def service(host_plan: dict, name: str | None = None, role: str | None = None) -
         f"no service name={name} role={role} on {host_plan['host']}: "
         f"{[(s['name'], s['role']) for s in host_plan['services']]}"
     )
+
+
+def only_service(plan, name: str) -> dict:
+    """The service `name` of a plan of one host."""
+    (host,) = plan.to_list()
+    return service(host, name)
+
+
+def memory_fit(planned):
+    """The memory fit of a plan, estimated from its engine's args; asserts it fits without problems."""
+    ctx, topo = planned.ctx, planned.topology
+    ea, _ = ENGINES[ctx.engine].engine_args(ctx, topo)
+    fit, problems, _ = memory.estimate_plan(ctx, topo, ea.values)
+    assert fit is not None and not problems
+    return fit
 
 
 def parse_docker_run(command: str, subst: dict[str, str]) -> list[tuple]:

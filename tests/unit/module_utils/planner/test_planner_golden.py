@@ -13,27 +13,16 @@ import pytest
 import yaml
 from planner_helpers import (
     assert_container_matches,
+    assert_recipe_flags,
+    assert_serve_flags,
+    by_host,
     canonical_pairs,
     flagset_of,
+    only_service,
     parse_docker_run,
     recipe_tokens,
     service,
 )
-
-
-def assert_serve_flags(fs, svc_argv: list[str], recipe: list[str], skip_head: int, model_path: str) -> None:
-    """Every (flag, value) of the recipe command is in the service argv; the model is the positional."""
-    want, want_pos = canonical_pairs(fs, recipe[skip_head:])
-    got, got_pos = canonical_pairs(fs, svc_argv[skip_head:])
-    missing = [p for p in want if p not in got]
-    assert not missing, f"recipe flags missing from the plan: {missing}\nplan argv: {svc_argv}"
-    if want_pos:
-        assert want_pos == [model_path] and model_path in got_pos, (want_pos, got_pos)
-
-
-def by_host(plan) -> dict[str, dict]:
-    return {h["host"]: h for h in plan.to_list()}
-
 
 # ---------------------------------------------------------------------------- seed 000
 SEED_000_SETTINGS = (
@@ -53,8 +42,7 @@ SEED_000_SETTINGS = (
 
 def test_h100_long_context_seed_000(planned, data):
     plan = planned("h100")
-    (host,) = plan.to_list()
-    svc = service(host, "llmb-vllm")
+    svc = only_service(plan, "llmb-vllm")
     fs = flagset_of(data, "vllm", "0.19.1")
     model = "/home/ubuntu/models/Kimi-K2-Thinking"
     assert svc["argv"][:3] == ["/opt/llmb/venvs/vllm-0.19.1/bin/vllm", "serve", model]
@@ -79,8 +67,7 @@ SEED_003_TP8_DCP8 = """vllm serve moonshotai/Kimi-K2-Thinking \
 
 
 def test_h200_tp8_dcp8_seed_003(planned, data):
-    (host,) = planned("h200").to_list()
-    svc = service(host, "llmb-vllm")
+    svc = only_service(planned("h200"), "llmb-vllm")
     model = "/data/models/Kimi-K2-Thinking"
     fs = flagset_of(data, "vllm", "0.19.1")
     tokens = recipe_tokens(SEED_003_TP8_DCP8, {"moonshotai/Kimi-K2-Thinking": model})
@@ -293,8 +280,7 @@ SEED_003_ROCM_SERVE = """vllm serve moonshotai/Kimi-K2-Thinking \
 
 
 def test_mi300x_rocm_container_seeds_002_003(planned, data):
-    (host,) = planned("mi300x").to_list()
-    svc = service(host, "Kimi-K2-Thinking")
+    svc = only_service(planned("mi300x"), "Kimi-K2-Thinking")
     assert_container_matches(
         svc, parse_docker_run(SEED_003_ROCM_DOCKER, {}), image_repo="vllm/vllm-openai-rocm"
     )
@@ -384,9 +370,7 @@ def test_h200_sglang_tp16_two_nodes_seed_004(planned, data):
         assert svc["argv"][0] == "/opt/llmb/venvs/sglang-0.5.5/bin/python"
         assert svc["argv"][1:3] == ["-m", "sglang.launch_server"]
         recipe = recipe_tokens(SEED_004_SGLANG.format(rank=rank), subst)
-        want, _ = canonical_pairs(fs, recipe[3:])
-        got, _ = canonical_pairs(fs, svc["argv"][3:])
-        assert not [p for p in want if p not in got], (want, got)
+        assert_recipe_flags(fs, recipe[3:], svc["argv"][3:])
         assert svc["env"]["NCCL_SOCKET_IFNAME"] == "ens7f0np0"
     head = service(hosts["gpu-h200-01"], "llmb-sglang")
     assert head["health"] and head["ready"]["port"] == 50000
@@ -482,9 +466,7 @@ def test_h200_trtllm_mpirun_sshd_seed_004(planned, data):
     assert argv[cut : cut + 3] == ["trtllm-llmapi-launch", "trtllm-serve", "serve"]
     rcut = recipe.index("trtllm-llmapi-launch")
     fs = flagset_of(data, "trtllm", "1.1.0")
-    want, want_pos = canonical_pairs(fs, recipe[rcut + 3 :])
-    got, got_pos = canonical_pairs(fs, argv[cut + 3 :])
-    assert not [p for p in want if p not in got], (want, got)
+    want_pos, got_pos = assert_recipe_flags(fs, recipe[rcut + 3 :], argv[cut + 3 :])
     assert want_pos == got_pos == ["/models/Kimi-K2-Instruct"] and argv[-1] == "/models/Kimi-K2-Instruct"
     # the exported communicator settings reach every rank
     assert ["-x", "NCCL_SOCKET_IFNAME"] in [argv[i : i + 2] for i in range(len(argv))]

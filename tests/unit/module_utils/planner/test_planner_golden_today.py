@@ -4,12 +4,14 @@ test_planner_golden.py does for the seeds), and the memory fit the issue asks fo
 
 from __future__ import annotations
 
-from planner_helpers import canonical_pairs, flagset_of, recipe_tokens, service
-
-
-def by_host(plan) -> dict[str, dict]:
-    return {h["host"]: h for h in plan.to_list()}
-
+from planner_helpers import (
+    assert_recipe_flags,
+    by_host,
+    canonical_pairs,
+    only_service,
+    recipe_tokens,
+    service,
+)
 
 # ---------------------------------------------------------------------------- Kimi-K2.6, SGLang 0.5.23
 # sgl-cookbook docs/autoregressive/Moonshotai/Kimi-K2.6.md @ 3627bcb4029672af20501e03b3382c3f2ef91759,
@@ -25,16 +27,11 @@ COOKBOOK_K26_SGLANG = (
 )
 
 
-def test_h200_k26_sglang_dp_attention_deepep(planned, data):
+def test_h200_k26_sglang_dp_attention_deepep(planned):
     plan = planned("h200-k26-sglang")
-    (host,) = plan.to_list()
-    svc = service(host, "llmb-sglang")
-    fs = flagset_of(data, "sglang", "0.5.23")
+    svc = only_service(plan, "llmb-sglang")
     assert svc["argv"][:3] == ["/opt/llmb/venvs/sglang-0.5.23/bin/python", "-m", "sglang.launch_server"]
-    recipe = recipe_tokens(COOKBOOK_K26_SGLANG, {"$MODEL_PATH": "/data/models/Kimi-K2.6"})
-    want, _ = canonical_pairs(fs, recipe[3:])
-    got, _ = canonical_pairs(fs, svc["argv"][3:])
-    assert not [p for p in want if p not in got], (want, got)
+    _assert_recipe(plan, svc, COOKBOOK_K26_SGLANG, {"$MODEL_PATH": "/data/models/Kimi-K2.6"}, start=3)
     # the vision model gets an image in the smoke test; the memory fit holds the replicated part per
     # DP attention rank (23.5 GB: attention, shared experts, embeddings in BF16) beside the experts / 8
     assert svc["api"]["vision"] is True and svc["api"]["reasoning"] and svc["api"]["tool_calls"]
@@ -42,15 +39,17 @@ def test_h200_k26_sglang_dp_attention_deepep(planned, data):
     assert "replicated 23.5 GB / (TP 8 / DP 8 attention x PP 1) + experts 570.8 GB / (TP 8 x PP 1)" in note
 
 
+def _argv(svc: dict) -> list[str]:
+    return svc["argv"] if svc["kind"] != "container" else [svc["container"]["entrypoint"], *svc["container"]["command"]]
+
+
 def _argv_pairs(plan, svc: dict, start: int = 2):
-    argv = svc["argv"] if svc["kind"] != "container" else [svc["container"]["entrypoint"], *svc["container"]["command"]]
-    return canonical_pairs(plan.ctx.flagset, argv[start:])
+    return canonical_pairs(plan.ctx.flagset, _argv(svc)[start:])
 
 
 def _assert_recipe(plan, svc: dict, recipe: str, subst: dict[str, str], start: int = 2) -> None:
-    want, want_pos = canonical_pairs(plan.ctx.flagset, recipe_tokens(recipe, subst)[start:])
-    got, got_pos = _argv_pairs(plan, svc, start)
-    assert not [p for p in want if p not in got], ([p for p in want if p not in got], got)
+    recipe_argv = recipe_tokens(recipe, subst)[start:]
+    want_pos, got_pos = assert_recipe_flags(plan.ctx.flagset, recipe_argv, _argv(svc)[start:])
     assert want_pos == got_pos[: len(want_pos)], (want_pos, got_pos)
 
 
@@ -66,8 +65,7 @@ RECIPE_K26_VLLM = (
 
 def test_h200_k26_vllm_recipe(planned):
     plan = planned("h200-k26")
-    (host,) = plan.to_list()
-    svc = service(host, "llmb-vllm")
+    svc = only_service(plan, "llmb-vllm")
     assert svc["argv"][0] == f"/opt/llmb/venvs/vllm-{plan.ctx.version}/bin/vllm"
     _assert_recipe(plan, svc, RECIPE_K26_VLLM, {"$MODEL": "/data/models/Kimi-K2.6"})
     assert svc["api"]["vision"] is True
@@ -116,8 +114,7 @@ K3_AMD_ENV = {"VLLM_ROCM_USE_AITER": "1", "SAFETENSORS_FAST_GPU": "1", "AITER_SI
 
 def test_mi355x_k3_rocm_recipe(planned):
     plan = planned("mi355x-k3")
-    (host,) = plan.to_list()
-    svc = service(host, "llmb-vllm")
+    svc = only_service(plan, "llmb-vllm")
     assert svc["kind"] == "container" and svc["image"] == "vllm/vllm-openai-rocm:kimi-k3"
     _assert_recipe(plan, svc, RECIPE_K3_AMD, {"$MODEL": "/data/models/Kimi-K3"}, start=2)
     assert {k: svc["env"].get(k) for k in K3_AMD_ENV} == K3_AMD_ENV
@@ -168,8 +165,7 @@ TUTORIAL_KT_K2_THINKING = (
 
 def test_ktransformers_072_k2_thinking_tutorial(planned):
     plan = planned("ktransformers-072")
-    (host,) = plan.to_list()
-    svc = service(host, "llmb-ktransformers")
+    svc = only_service(plan, "llmb-ktransformers")
     assert svc["argv"][:3] == ["/opt/llmb/venvs/ktransformers-0.7.2/bin/python", "-m", "sglang.launch_server"]
     _assert_recipe(plan, svc, TUTORIAL_KT_K2_THINKING, {"$MODEL": "/data/models/Kimi-K2-Thinking"}, start=3)
     got = dict(_argv_pairs(plan, svc, 3)[0])

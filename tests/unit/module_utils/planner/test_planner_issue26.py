@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 from llmbctl.planner import PlanError, plan_inventory
-from planner_helpers import REPO, load_inventory
+from planner_helpers import REPO, load_inventory, memory_fit
 
 DATA = str(REPO / "data")
 
@@ -57,17 +57,6 @@ THINKING_REST = THINKING_TOTAL - THINKING_EXPERTS
 GIB = 1024**3
 
 
-def _fit(planned):
-    from llmbctl.planner import memory
-    from llmbctl.planner.engines import ENGINES
-
-    ctx, topo = planned.ctx, planned.topology
-    ea, _ = ENGINES[ctx.engine].engine_args(ctx, topo)
-    fit, problems, _ = memory.estimate_plan(ctx, topo, ea.values)
-    assert fit is not None and not problems
-    return fit
-
-
 def test_expert_bytes_from_the_profile_quantization():
     from llmbctl.catalog import Catalog
     from llmbctl.planner import memory
@@ -79,28 +68,28 @@ def test_expert_bytes_from_the_profile_quantization():
 
 
 def test_memory_tp_splits_everything():
-    fit = _fit(_plan("h200", llmb_decode_context_parallel=1))  # seed 003: TP8 on H200
+    fit = memory_fit(_plan("h200", llmb_decode_context_parallel=1))  # seed 003: TP8 on H200
     assert fit.weights_bytes == THINKING_TOTAL / 8
     # 140.4 GiB x 0.9 - 69.25 GiB - 10 GiB = 47.11 GiB (seed 003 log: 46.80 GiB, +0.7%)
     assert round(fit.kv_available_bytes / GIB, 2) == 47.11
 
 
 def test_memory_dcp_multiplies_tokens_not_weights():
-    tp = _fit(_plan("h200", llmb_decode_context_parallel=1))
-    dcp = _fit(_plan("h200"))
+    tp = memory_fit(_plan("h200", llmb_decode_context_parallel=1))
+    dcp = memory_fit(_plan("h200"))
     assert dcp.weights_bytes == tp.weights_bytes
     assert dcp.kv_tokens == tp.kv_tokens * 8
 
 
 def test_memory_tp_pp_splits_everything_by_both():
     planned = _plan("sim")
-    fit = _fit(planned)
+    fit = memory_fit(planned)
     assert fit.weight_shards == 16 and fit.weights_bytes == fit.total_bytes / 16
 
 
 def test_memory_dp_ep_holds_the_replicated_part_whole():
     """Before: 594.9 GB / 16 = 34.62 GiB a rank; true: 24.09 GB + 570.76 GB / 16 = 55.66 GiB."""
-    fit = _fit(_plan("h800-dp-ep"))
+    fit = memory_fit(_plan("h800-dp-ep"))
     assert fit.weights_bytes == THINKING_REST + THINKING_EXPERTS / 16
     assert round(fit.weights_bytes / GIB, 2) == 55.66
     assert fit.weights_bytes - THINKING_TOTAL / 16 > 20 * GIB  # the issue's "about 20 GiB"

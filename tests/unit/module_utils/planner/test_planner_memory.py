@@ -8,9 +8,8 @@ import sys
 
 import pytest
 from llmbctl.planner import memory, plan_inventory
-from llmbctl.planner.engines import ENGINES
 from llmbctl.planner.model import PlanError
-from planner_helpers import REPO, load_inventory
+from planner_helpers import REPO, load_inventory, memory_fit
 
 DATA = str(REPO / "data")
 GIB = 1024**3
@@ -26,14 +25,6 @@ def _plan(name: str, **overrides):
     for host in hv.values():
         host.update(overrides)
     return plan_inventory(hv, groups, DATA)
-
-
-def _estimate(planned) -> memory.MemoryFit:
-    ctx, topo = planned.ctx, planned.topology
-    ea, _ = ENGINES[ctx.engine].engine_args(ctx, topo)
-    fit, problems, _ = memory.estimate_plan(ctx, topo, ea.values)
-    assert fit is not None and not problems
-    return fit
 
 
 def _within(predicted: float, logged: float, pct: float = 10.0) -> bool:
@@ -57,7 +48,7 @@ def test_bytes_per_token_is_576_x_61_x_2():
 
 def test_seed_003_tp8_matches_the_log():
     planned = _plan("h200", llmb_decode_context_parallel=1)
-    fit = _estimate(planned)
+    fit = memory_fit(planned)
     kv_gib = fit.kv_available_bytes / GIB
     assert _within(kv_gib, SEED003_KV_GIB), kv_gib
     assert _within(fit.kv_tokens, SEED003_TOKENS_TP8), fit.kv_tokens
@@ -67,18 +58,18 @@ def test_seed_003_tp8_matches_the_log():
 
 
 def test_seed_003_tp8_dcp8_matches_the_log():
-    fit = _estimate(_plan("h200"))  # the sample inventory is seed 003's TP8 + DCP8
+    fit = memory_fit(_plan("h200"))  # the sample inventory is seed 003's TP8 + DCP8
     assert _within(fit.kv_available_bytes / GIB, SEED003_KV_GIB)
     assert _within(fit.kv_tokens, SEED003_TOKENS_DCP8), fit.kv_tokens
     assert fit.dcp == 8
     # DCP multiplies the tokens, not the memory (the log's two runs show the same 46.80 GiB)
-    tp8 = _estimate(_plan("h200", llmb_decode_context_parallel=1))
+    tp8 = memory_fit(_plan("h200", llmb_decode_context_parallel=1))
     assert fit.kv_tokens == tp8.kv_tokens * 8
 
 
 def test_the_headroom_is_what_seed_003_leaves():
     """The constant is the log's non-KV peak: budget - weights - logged KV, to within 0.5 GiB."""
-    fit = _estimate(_plan("h200", llmb_decode_context_parallel=1))
+    fit = memory_fit(_plan("h200", llmb_decode_context_parallel=1))
     measured = (fit.budget_bytes - fit.weights_bytes) / GIB - SEED003_KV_GIB
     assert abs(measured - memory.NON_KV_HEADROOM_GIB) < 0.5, measured
 
@@ -116,7 +107,7 @@ def test_seed_004_fp8_128k_on_two_h200_nodes_fits():
         llmb_engine_version="0.19.1",
         llmb_engine_args={"max-model-len": 131072},
     )
-    fit = _estimate(planned)
+    fit = memory_fit(planned)
     assert fit.fits and fit.kv_tokens >= 131_072
     assert math.isclose(fit.weights_bytes, 1029e9 / 16)
     # DP 16 + EP with --gpu-memory-utilization 0.85 (seed 004 "Data Parallelism + Expert Parallelism")
@@ -129,12 +120,12 @@ def test_seed_004_fp8_128k_on_two_h200_nodes_fits():
         llmb_expert_parallel=True,
         llmb_engine_args={"gpu-memory-utilization": 0.85, "max-model-len": 131072},
     )
-    fit = _estimate(planned)
+    fit = memory_fit(planned)
     assert fit.fits and fit.fraction == 0.85 and fit.weight_shards == 16
 
 
 def test_fp8_kv_cache_halves_the_bytes_per_token():
-    fit = _estimate(_plan("h200", llmb_engine_args={"kv-cache-dtype": "fp8"}))
+    fit = memory_fit(_plan("h200", llmb_engine_args={"kv-cache-dtype": "fp8"}))
     assert fit.kv_bytes_per_token == 35_136
 
 
@@ -216,7 +207,7 @@ def test_launch_plan_prints_the_predicted_kv_memory_and_tokens():
         cwd=REPO,
     )
     assert proc.returncode == 0, proc.stderr
-    fit = _estimate(_plan("h200"))
+    fit = memory_fit(_plan("h200"))
     line = [x for x in proc.stdout.splitlines() if x.startswith("note: memory:")]
     assert line, proc.stdout[-2000:]
     assert f"predicted KV cache {fit.kv_available_bytes / GIB:,.2f} GiB per device" in line[0]
@@ -267,7 +258,7 @@ def test_the_pinned_releases_default_memory_fraction_is_used():
 
 def test_vllm_0_23_0_prediction_uses_its_0_92():
     """The generated 0.23.0 flag set's parser default reaches the prediction; 0.19.1 keeps 0.9."""
-    assert _estimate(_plan("h200", llmb_engine_version="0.23.0")).fraction == 0.92
-    assert _estimate(_plan("h200", llmb_engine_version="0.19.1")).fraction == 0.9
+    assert memory_fit(_plan("h200", llmb_engine_version="0.23.0")).fraction == 0.92
+    assert memory_fit(_plan("h200", llmb_engine_version="0.19.1")).fraction == 0.9
     # a value the inventory or preset sets still wins (the h100 sample's preset: 0.95)
-    assert _estimate(_plan("h100", llmb_engine_version="0.23.0")).fraction == 0.95
+    assert memory_fit(_plan("h100", llmb_engine_version="0.23.0")).fraction == 0.95

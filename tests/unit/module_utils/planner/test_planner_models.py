@@ -9,9 +9,8 @@ import copy
 import pytest
 from llmbctl.catalog import Catalog
 from llmbctl.planner import memory, plan_inventory
-from llmbctl.planner.engines import ENGINES
 from llmbctl.planner.model import PlanError
-from planner_helpers import REPO, load_inventory
+from planner_helpers import REPO, load_inventory, memory_fit
 
 DATA = str(REPO / "data")
 CAT = Catalog(REPO / "data")
@@ -98,21 +97,13 @@ def _plan(name: str, hosts: int | None = None, **overrides):
     return plan_inventory(hv, groups, DATA)
 
 
-def _fit(planned) -> memory.MemoryFit:
-    ctx, topo = planned.ctx, planned.topology
-    ea, _ = ENGINES[ctx.engine].engine_args(ctx, topo)
-    fit, problems, _ = memory.estimate_plan(ctx, topo, ea.values)
-    assert fit is not None and not problems
-    return fit
-
-
 CONTAINERLESS = {"llmb_container_options": {}, "llmb_container_devices": [], "llmb_container_mounts": [],
                  "llmb_engine_env": {}}
 
 
 def test_k26_on_one_h200_node_fits_with_the_figures_printed():
     planned = _plan("h200", llmb_model="kimi-k2.6", llmb_engine_version="0.32.0", llmb_decode_context_parallel=1)
-    fit = _fit(planned)
+    fit = memory_fit(planned)
     device = 143_771 * 1024**2  # h200-hgx8 memory_mib
     vision = 942_287_840
     weights = (595_175_093_043 - vision) / 8 + vision  # text split by TP 8, vision whole (--mm-encoder-tp-mode data)
@@ -130,9 +121,9 @@ def test_k26_on_one_h200_node_fits_with_the_figures_printed():
 
 
 def test_k26_text_only_frees_the_vision_tower():
-    with_tower = _fit(_plan("h200", llmb_model="kimi-k2.6", llmb_engine_version="0.32.0",
+    with_tower = memory_fit(_plan("h200", llmb_model="kimi-k2.6", llmb_engine_version="0.32.0",
                             llmb_decode_context_parallel=1))
-    text_only = _fit(_plan("h200", llmb_model="kimi-k2.6", llmb_engine_version="0.32.0",
+    text_only = memory_fit(_plan("h200", llmb_model="kimi-k2.6", llmb_engine_version="0.32.0",
                            llmb_decode_context_parallel=1,
                            llmb_engine_args={"language-model-only": True}))
     assert with_tower.weights_bytes - text_only.weights_bytes == pytest.approx(942_287_840)
@@ -159,7 +150,7 @@ def test_k3_plans_on_two_h200_nodes_native_multinode():
     planned = _plan("mi300x-2x8", llmb_platform="h200-hgx8", llmb_model="kimi-k3", llmb_engine_version="0.32.0",
                     llmb_vllm_multinode="native", llmb_engine_args={"gpu-memory-utilization": 0.95},
                     **CONTAINERLESS)
-    fit = _fit(planned)
+    fit = memory_fit(planned)
     assert (planned.topology.tp, planned.topology.pp) == (8, 2)
     device = 143_771 * 1024**2
     weights = (1.6e12 - 942_287_840) / 16 + 942_287_840 / 8
@@ -175,7 +166,7 @@ def test_k3_plans_on_four_h100_nodes():
     planned = _plan("mi300x-2x8", hosts=4, llmb_platform="h100-hgx8", llmb_model="kimi-k3",
                     llmb_engine_version="0.32.0", llmb_vllm_multinode="native", llmb_pipeline_parallel=4,
                     llmb_engine_args={"gpu-memory-utilization": 0.97, "max-model-len": 32768}, **CONTAINERLESS)
-    fit = _fit(planned)
+    fit = memory_fit(planned)
     assert (planned.topology.tp, planned.topology.pp) == (8, 4)
     # 1.6 TB / 32 = 50.0 GB = 46.6 GiB a device against 79.6 GiB x 0.97 = 77.3 GiB
     assert fit.weights_bytes == pytest.approx((1.6e12 - 942_287_840) / 32 + 942_287_840 / 8)
@@ -184,7 +175,7 @@ def test_k3_plans_on_four_h100_nodes():
 
 
 def test_k3_plans_on_one_mi355x_node():
-    fit = _fit(_plan("mi355x", llmb_model="kimi-k3", llmb_engine_version="0.32.0",
+    fit = memory_fit(_plan("mi355x", llmb_model="kimi-k3", llmb_engine_version="0.32.0",
                      llmb_engine_args={"gpu-memory-utilization": 0.95}))
     assert fit.weights_bytes == pytest.approx((1.6e12 - 942_287_840) / 8 + 942_287_840 / 8)
     assert fit.fits and fit.state_bytes == 56_171_520
