@@ -28,15 +28,21 @@ COOKBOOK_K26_SGLANG = (
 
 
 def test_h200_k26_sglang_dp_attention_deepep(planned):
-    plan = planned("h200-k26-sglang")
-    svc = only_service(plan, "llmb-sglang")
-    assert svc["argv"][:3] == ["/opt/llmb/venvs/sglang-0.5.23/bin/python", "-m", "sglang.launch_server"]
-    _assert_recipe(plan, svc, COOKBOOK_K26_SGLANG, {"$MODEL_PATH": "/data/models/Kimi-K2.6"}, start=3)
+    plan, svc = _sglang_launch(planned("h200-k26-sglang"), "llmb-sglang", "sglang-0.5.23", COOKBOOK_K26_SGLANG,
+                               {"$MODEL_PATH": "/data/models/Kimi-K2.6"})
     # the vision model gets an image in the smoke test; the memory fit holds the replicated part per
     # DP attention rank (23.5 GB: attention, shared experts, embeddings in BF16) beside the experts / 8
     assert svc["api"]["vision"] is True and svc["api"]["reasoning"] and svc["api"]["tool_calls"]
     note = next(n for n in plan.notes if n.startswith("memory:"))
     assert "replicated 23.5 GB / (TP 8 / DP 8 attention x PP 1) + experts 570.8 GB / (TP 8 x PP 1)" in note
+
+
+def _sglang_launch(plan, service: str, venv: str, recipe: str, subst: dict[str, str]):
+    """The plan's one service of that name, an SGLang server run from the venv's python, against the recipe."""
+    svc = only_service(plan, service)
+    assert svc["argv"][:3] == [f"/opt/llmb/venvs/{venv}/bin/python", "-m", "sglang.launch_server"]
+    _assert_recipe(plan, svc, recipe, subst, start=3)
+    return plan, svc
 
 
 def _argv(svc: dict) -> list[str]:
@@ -164,10 +170,8 @@ TUTORIAL_KT_K2_THINKING = (
 
 
 def test_ktransformers_072_k2_thinking_tutorial(planned):
-    plan = planned("ktransformers-072")
-    svc = only_service(plan, "llmb-ktransformers")
-    assert svc["argv"][:3] == ["/opt/llmb/venvs/ktransformers-0.7.2/bin/python", "-m", "sglang.launch_server"]
-    _assert_recipe(plan, svc, TUTORIAL_KT_K2_THINKING, {"$MODEL": "/data/models/Kimi-K2-Thinking"}, start=3)
+    plan, svc = _sglang_launch(planned("ktransformers-072"), "llmb-ktransformers", "ktransformers-0.7.2",
+                               TUTORIAL_KT_K2_THINKING, {"$MODEL": "/data/models/Kimi-K2-Thinking"})
     got = dict(_argv_pairs(plan, svc, 3)[0])
     assert got["--tp-size"] == 8
     assert svc["api"]["reasoning"] and svc["api"]["tool_calls"] and "vision" not in svc["api"]
