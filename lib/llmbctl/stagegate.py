@@ -20,6 +20,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from llmb.container import SPEC_LABEL
+
 ROOT = Path(__file__).resolve().parents[2]
 
 STAGES = ("engine", "weights", "ssh_mesh", "serve")
@@ -156,7 +158,10 @@ def watch(doc: Mapping[str, Any], host: str, stage: str) -> dict[str, list]:
             w["hash"].append(dirs["bindto"])
         w["units"] = [s["name"] if "." in s["name"] else s["name"] + ".service" for s in services
                       if s.get("kind") in ("systemd", "mpirun", "exec")]
-        w["commands"] = [["docker", "inspect", "-f", "{{.State.Running}} {{.Image}}",
+        # running, its image and the serve role's spec label (SPEC_LABEL): a container
+        # started by hand under the planned name, or with another argv, is not the planned one
+        w["commands"] = [["docker", "inspect", "-f",
+                          '{{.State.Running}} {{.Image}} {{index .Config.Labels "' + SPEC_LABEL + '"}}',
                           (s.get("container") or {}).get("name") or s["name"]]
                          for s in services if s.get("kind") == "container"]
         w["tcp"] = [[s["ready"]["host"], int(s["ready"]["port"])] for s in services

@@ -10,6 +10,7 @@ import subprocess
 
 import pytest
 from llmb import stagegate as node
+from llmb.container import SPEC_LABEL
 from llmbctl import stagegate as ctl
 
 SERVICES = [
@@ -110,6 +111,21 @@ def test_watch_of_a_container_engine_asks_docker():
     doc = copy.deepcopy(DOC)
     doc["engine"].update(install="container", venv=None)
     assert ctl.watch(doc, "n1", "engine")["commands"][0][:2] == ["docker", "images"]
+
+
+def test_watch_of_a_container_service_reads_its_spec_label():
+    """A container started by hand under the planned name (same image, running) is not the planned one:
+    the serve role's spec label is part of what the gate reads, so the stage runs and replaces it."""
+    doc = copy.deepcopy(DOC)
+    doc["hosts"]["n1"]["plan"]["services"] = [
+        {"name": "vllm-ascend", "kind": "container", "container": {"name": "vllm-ascend"}, "env": {},
+         "ready": None, "health": None, "api": None}]
+    w = ctl.watch(doc, "n1", "serve")
+    (argv,) = w["commands"]
+    assert argv[:3] == ["docker", "inspect", "-f"] and SPEC_LABEL in argv[3] and argv[4] == "vllm-ascend"
+    planned = node.observe(w, run=lambda a: (0, "true sha256:img 3f2a\n"))
+    by_hand = node.observe(w, run=lambda a: (0, "true sha256:img <no value>\n"))
+    assert planned["commands"] != by_hand["commands"]
 
 
 def _tree(tmp_path):
