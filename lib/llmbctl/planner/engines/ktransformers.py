@@ -165,18 +165,8 @@ def engine_args(ctx: Context, topo: Topology) -> tuple[EngineArgs, list[Problem]
         ("--port", v["llmb_api_port"]),
         ("--optimize_config_path", rules),
     ]
-    ea = EngineArgs(ctx.flagset, unchecked=v.get("llmb_engine_flags_unchecked") or [])
-    for canon, value in flags:
-        if value is not None:
-            ea.set(canon, value, "planner")
-    model_flags = (ctx.model.get("engine_flags") or {}).get(ctx.engine)
-    ea.apply_mapping(model_flags, f"data/models/{ctx.model_name}.yml engine_flags.{ctx.engine}", OWNER_HINT)
-    if ctx.preset is not None:
-        section = (ctx.preset.get("engines") or {}).get(ctx.engine)
-        ea.apply_mapping(section, f"data/presets/{ctx.preset_name}.yml engines.{ctx.engine}", OWNER_HINT)
-    ea.apply_mapping(v.get("llmb_engine_args"), "llmb_engine_args", OWNER_HINT)
-    ea.apply_argv([str(t) for t in v.get("llmb_engine_extra_args") or []], "llmb_engine_extra_args", OWNER_HINT)
-    return ea, rule_problems + ea.problems
+    ea, problems = common.build_engine_args(ctx, flags)
+    return ea, rule_problems + list(problems)
 
 
 def _sglang_engine_args(ctx: Context, topo: Topology) -> tuple[EngineArgs, list[Problem]]:
