@@ -132,6 +132,9 @@ class ActionModule(ControllerAction, ActionBase):
                 "verify_ok": summary["ok"],
                 # the RDMA devices with an active port (ibstat): a disaggregated plan's KV transfer devices
                 "cpu_amx": facts.get("cpu_amx"),
+                # whose host these are: the fact cache is keyed by host name alone, and another
+                # inventory on this controller may name a host the same (the planner drops them then)
+                "inventory_dir": task_vars.get("inventory_dir"),
                 "rdma_devices": sorted({p["name"] for p in facts.get("rdma_ports") or []
                                         if str(p.get("state") or "").lower() == "active"}),
             }},

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -212,6 +213,17 @@ def node_address(name: str, hv: Any) -> str:
     return _address_of(name, hv)[0]
 
 
+def _facts_are_this_inventorys(accel: dict[str, Any], hv: Mapping[str, Any]) -> bool:
+    """Whether the verify stage's cached facts (``llmb_accel``) were recorded for this inventory's host.
+    Ansible's fact cache is keyed by host name alone: a controller that also drives another
+    inventory (another cluster, a test cluster) with a ``node2`` would hand this plan that node's RDMA
+    ports. Facts recorded before the mark existed are taken as this inventory's."""
+    recorded, here = accel.get("inventory_dir"), hv.get("inventory_dir")
+    if not isinstance(recorded, str) or not isinstance(here, str):
+        return True
+    return os.path.realpath(recorded) == os.path.realpath(here)
+
+
 def _address_of(name: str, hv: Any) -> tuple[str, str]:
     """(address, the variable it came from) of a node."""
     for key in ("llmb_node_ip", "ansible_host"):
@@ -362,6 +374,8 @@ def read_deployment(
         amx, _ = read_var(hostvars[n], "llmb_cpu_amx")
         accel, _ = read_var(hostvars[n], "llmb_accel")
         accel = accel if isinstance(accel, dict) else {}
+        if not _facts_are_this_inventorys(accel, hostvars[n]):
+            accel = {}
         rdma = accel.get("rdma_devices")
         if not isinstance(amx, bool):
             amx = accel.get("cpu_amx") if isinstance(accel.get("cpu_amx"), bool) else None

@@ -318,3 +318,15 @@ def test_bad_inventory_exits_2_through_the_script(tmp_path):
 
 def test_catalog_overlay_with_pd_router_loads(data: Catalog):
     assert data.engine_overlay("sglang")["pd_router"]
+
+
+def test_verify_facts_of_another_inventorys_host_of_the_same_name_are_not_read():
+    """Ansible's fact cache is keyed by host name: a node2 verified under another inventory on this
+    controller (its ibstat showing no active port) must not refuse this inventory's plan."""
+    def planted(inventory_dir):
+        def change(host, hv):
+            hv["inventory_dir"] = "/srv/clusters/this"
+            hv["llmb_accel"] = {"rdma_devices": [], "inventory_dir": inventory_dir}
+        return change
+    assert plan_with("h200-4p12d", planted("/srv/clusters/this"))  # its own facts: refused (no active port)
+    assert plan_with("h200-4p12d", planted("/srv/clusters/other")) == []
