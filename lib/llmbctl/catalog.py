@@ -452,7 +452,7 @@ def engine_errors(doc: Any) -> list[str]:
 OVERLAY_KEYS = ("images", "image_suffix_by_platform", "supports_model_types", "planner_owned", "renamed",
                 "defaults", "config_checks", "versions", "source", "spelling", "requirements", "api_key_env",
                 "pd_router", "optimize_rules", "parsers", "transfer_packages", "env_renamed",
-                "packages", "load_format_packages")
+                "packages", "load_format_packages", "cache_env")
 
 
 def overlay_errors(doc: Any, generated: bool = False) -> list[str]:
@@ -480,6 +480,11 @@ def overlay_errors(doc: Any, generated: bool = False) -> list[str]:
                 or not rec.get("source"):
             errs.append(f"env_renamed.{var} must be a mapping with 'to' (the flag), 'since' (the first release "
                         "without the variable) and 'source'")
+    cache_env = _typecheck(doc, "cache_env", dict, errs, required=False) or {}
+    for var, sub in cache_env.items():  # the release's cache variable -> subdirectory of the service's
+        if not re.fullmatch(r"[A-Z_][A-Z0-9_]*", str(var)) or not re.fullmatch(r"[A-Za-z0-9_.-]+", str(sub)) \
+                or str(sub) in (".", ".."):
+            errs.append(f"cache_env.{var}: must map an environment variable name to one subdirectory name, found {sub!r}")
     # parsers: only for a release whose registries its walk could not read (TensorRT-LLM in source
     # mode), with their source; a generated set's own 'parsers' always win (planner.flags)
     hand_parsers = {} if generated else (_typecheck(doc, "parsers", dict, errs, required=False) or {})

@@ -164,23 +164,22 @@ def enter_node(node: EmuNode) -> dict[str, str]:
 
 
 CACHE_ROOT = os.environ.get("LLMB_DEVICE_NODE_CACHE", "/root/llmb-nodecache")
+# the plan's compile and kernel cache root (llmb_compile_cache_dir's default; test_emunodes checks it
+# against the knob): each node sees its own disk there, ROOT/<node> bound over it in a mount namespace
+PLAN_CACHE_ROOT = "/var/cache/llmb/compile"
 
 
-def cache_env(node: EmuNode, root: str = CACHE_ROOT) -> dict[str, str]:
-    """Each node's own compile and kernel caches (a real node has its own disk; the emulated ones share
-    one): vLLM's cache root (its torch.compile artifacts), Triton's, TorchInductor's, and the rest of
-    ~/.cache (FlashInfer's JIT) under ROOT/<node>/."""
-    base = f"{root}/{node.name}"
-    return {"XDG_CACHE_HOME": base, "VLLM_CACHE_ROOT": f"{base}/vllm", "TRITON_CACHE_DIR": f"{base}/triton",
-            "TORCHINDUCTOR_CACHE_DIR": f"{base}/inductor"}
+def node_binds(node: EmuNode, root: str = CACHE_ROOT) -> list[list[str]]:
+    """What a node has by being one machine with its own disk: the plan's cache root is the node's own
+    (ROOT/<node>); the plan's environment is used unchanged (no cache variable of the emulation's)."""
+    return [[f"{root}/{node.name}", PLAN_CACHE_ROOT]]
 
 
 def node_env(node: EmuNode, state_root: Path, bin_dir: Path = HERE / "bin") -> dict[str, str]:
-    """The environment the node's interpreter wrapper adds: identity, its own caches, runner state,
-    stand-ins first."""
+    """The environment the node's interpreter wrapper adds: identity, runner state, stand-ins first."""
     # RAY_TMPDIR: every real node has its own /tmp, where Ray keeps its session and unix sockets (a
     # short path: a unix socket path is at most 107 bytes)
-    return {**identity_env(node), **cache_env(node), "RAY_TMPDIR": f"/tmp/llmb-ray-{node.name}",
+    return {**identity_env(node), "RAY_TMPDIR": f"/tmp/llmb-ray-{node.name}",
             "LLMB_RUNNER_STATE": str(state_root / node.name),
             "LLMB_DEVICE_NODE": node.name, "PYTHONUNBUFFERED": "1", "PATH_PREPEND": str(bin_dir)}
 
@@ -193,6 +192,23 @@ SPEC = json.loads({spec!r})
 env = dict(os.environ)
 env.update(SPEC["env"])
 env["PATH"] = SPEC["path_prepend"] + os.pathsep + env.get("PATH", "")
+if SPEC["binds"] and os.environ.get("LLMB_EMU_MOUNTS") != SPEC["name"]:
+    # the node's own disk where the plan keeps caches: a mount namespace of its own (private), the node's
+    # folder bound over the plan's path; the engines the runner starts from here inherit it
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    try:
+        os.unshare(os.CLONE_NEWNS)
+        if libc.mount(b"none", b"/", None, 16384 | 262144, None) != 0:  # MS_REC | MS_PRIVATE
+            raise OSError(ctypes.get_errno(), "mount --make-rprivate /")
+        for src, dst in SPEC["binds"]:
+            os.makedirs(src, exist_ok=True)
+            os.makedirs(dst, exist_ok=True)
+            if libc.mount(src.encode(), dst.encode(), None, 4096, None) != 0:  # MS_BIND
+                raise OSError(ctypes.get_errno(), "mount --bind " + src + " " + dst)
+        env["LLMB_EMU_MOUNTS"] = SPEC["name"]
+    except (OSError, AttributeError) as e:  # AttributeError: os.unshare needs Python 3.12
+        sys.stderr.write("emulated node " + SPEC["name"] + ": own cache folder not bound (" + str(e) + ")\\n")
 os.execvpe("nsenter", ["nsenter", "--net=" + SPEC["netns_path"], SPEC["python"], *sys.argv[1:]], env)
 '''
 
@@ -201,7 +217,7 @@ def wrapper_text(node: EmuNode, python: str, state_root: Path, bin_dir: Path = H
     env = node_env(node, state_root, bin_dir)
     path_prepend = env.pop("PATH_PREPEND") + os.pathsep + str(Path(python).parent)
     spec = json.dumps({"name": node.name, "netns_path": node.netns_path, "python": python, "env": env,
-                       "path_prepend": path_prepend}, sort_keys=True)
+                       "path_prepend": path_prepend, "binds": node_binds(node)}, sort_keys=True)
     return WRAPPER.format(name=node.name, spec=spec)
 
 

@@ -229,6 +229,14 @@ KNOBS: tuple[Knob, ...] = (
         values="scalar",
     ),
     Knob(
+        "llmb_compile_cache_dir",
+        "str",
+        "/var/cache/llmb/compile",
+        "compile and kernel caches: each engine service gets <dir>/<service> (torch inductor, Triton, "
+        "vLLM's cache root, FlashInfer / DeepGEMM JIT); a variable set null in llmb_engine_env is left out)",
+        format="path",
+    ),
+    Knob(
         "llmb_engine_venv",
         "str",
         None,

@@ -61,9 +61,14 @@ class Service:
     # PD router, a KV transfer library): the engine stage installs them with the engine; in the JSON
     # only when set
     packages: list[str] = field(default_factory=list)
+    # the service's compile and kernel cache directory (llmb_compile_cache_dir/<service>, its env names the
+    # subdirectories): the serve role creates it; in the JSON only when set
+    cache_dir: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out = self._fields()
+        if self.cache_dir:
+            out["cache_dir"] = self.cache_dir
         if self.after_healthy:
             out["after_healthy"] = [dict(h) for h in self.after_healthy]
         if self.packages:

@@ -63,8 +63,8 @@ def test_the_wrapper_enters_the_nodes_namespace_with_its_identity(tmp_path):
         "\"LLMB_RUNNER_STATE\", \"RAY_TMPDIR\", \"PATH\")}}))' \"$@\"\n")
     (fake / "nsenter").chmod(0o755)
     out = subprocess.run([str(wrapper), "/tmp/AnsiballZ_x.py"], capture_output=True, text=True, check=True,
-                         env=dict(os.environ, PATH=f"{fake}:{os.environ['PATH']}"))
-    got = json.loads(out.stdout)
+                         env=dict(os.environ, PATH=f"{fake}:{os.environ['PATH']}", LLMB_EMU_MOUNTS="node2"))
+    got = json.loads(out.stdout)  # (LLMB_EMU_MOUNTS: the node's mount namespace is made already, none here)
     assert got["argv"] == ["--net=/var/run/netns/llmb-node2", "/root/llmb-vllm/bin/python", "/tmp/AnsiballZ_x.py"]
     assert got["env"]["CUDA_VISIBLE_DEVICES"] == "2,3" and got["env"]["NCCL_HOSTID"] == "node2"
     assert got["env"]["LLMB_RUNNER_STATE"] == str(tmp_path / "state" / "node2")
@@ -180,12 +180,18 @@ def test_mpiruns_launch_agent_finds_the_node_and_the_command():
 
 
 def test_each_node_has_its_own_caches_and_the_one_shape_is_the_node_alone(tmp_path):
+    """The plan's cache environment is used unchanged: the emulation adds no cache variable, it binds the
+    node's own folder over the plan's cache root (llmb_compile_cache_dir's default) in the wrapper."""
+    from llmbctl.planner.knobs import KNOBS
+
     node = emunodes.layout(4, 1)[2]
     env = emunodes.node_env(node, tmp_path)
     assert env["CUDA_VISIBLE_DEVICES"] == "2"
-    assert env["VLLM_CACHE_ROOT"] == f"{emunodes.CACHE_ROOT}/node3/vllm"
-    assert {env[k] for k in ("TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "XDG_CACHE_HOME")} == {
-        f"{emunodes.CACHE_ROOT}/node3/triton", f"{emunodes.CACHE_ROOT}/node3/inductor", f"{emunodes.CACHE_ROOT}/node3"}
+    assert not [k for k in env if "CACHE" in k or k == "XDG_CACHE_HOME"]
+    default = next(k.default for k in KNOBS if k.name == "llmb_compile_cache_dir")
+    assert emunodes.node_binds(node) == [[f"{emunodes.CACHE_ROOT}/node3", default]]
+    spec = json.loads(eval(emunodes.wrapper_text(node, "/usr/bin/python3", tmp_path).split("json.loads(", 1)[1].split(")\n", 1)[0]))
+    assert spec["binds"] == [[f"{emunodes.CACHE_ROOT}/node3", default]]
     hosts, shape_vars, _ = emunodes.inventory([node], "one", "/usr/bin/python3", tmp_path)
     assert list(hosts["all"]["children"]["accel_nodes"]["hosts"]) == ["node3"]
     assert shape_vars["llmb_tensor_parallel"] == 1

@@ -6,6 +6,7 @@ from typing import Any
 
 from llmb.ports import http_url
 
+from ...engines.registry import overlay_for
 from ...layout import engine_venv
 from .. import containers
 from ..context import Context
@@ -94,6 +95,25 @@ def iface_env(ctx: Context, topo: Topology, node: Node) -> dict[str, str]:
     if topo.caps.host_ip_env and (iface or multinode):
         env[topo.caps.host_ip_env] = node.address
     return env
+
+
+def compile_cache(ctx: Context, svc: Service, owner: str | None = None) -> None:
+    """svc keeps what its engine compiles under llmb_compile_cache_dir/<owner, default svc.name>: the
+    release's cache variables (the hand overlay's ``cache_env``: variable -> subdirectory), below what the
+    inventory's llmb_engine_env sets (a value there wins, a null leaves the variable out); a container
+    mounts the directory at the same path. Nothing without the knob or the table."""
+    root = ctx.v.get("llmb_compile_cache_dir")
+    table = overlay_for(ctx.data, ctx.engine, ctx.version).get("cache_env") or {}
+    if not root or not table:
+        return
+    directory = f"{str(root).rstrip('/') or ''}/{owner or svc.name}"
+    asked = ctx.v.get("llmb_engine_env") or {}
+    cache = {var: f"{directory}/{sub}" for var, sub in sorted(table.items()) if var not in asked}
+    svc.env = merge_env(cache, svc.env)
+    svc.cache_dir = directory
+    mount = f"{directory}:{directory}"
+    if svc.kind == "container" and mount not in svc.mounts:
+        svc.mounts.append(mount)
 
 
 def merge_env(*layers: dict[str, Any] | None) -> dict[str, str]:

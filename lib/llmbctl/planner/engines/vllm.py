@@ -218,6 +218,7 @@ def services(ctx: Context, topo: Topology, ea: EngineArgs) -> list[HostPlan]:
 
         if topo.mode == "ray":
             ray = _ray_service(ctx, ray_fs, node, env, bits)
+            common.compile_cache(ctx, ray)  # the Ray workers (vLLM's actors) inherit the raylet's environment
             ray_name = ray.name
             hp.services.append(ray)
             if not is_head:
@@ -236,9 +237,11 @@ def services(ctx: Context, topo: Topology, ea: EngineArgs) -> list[HostPlan]:
         if topo.mode == "ray" and container:
             # `vllm serve` in the head's Ray container, from a unit on the node (docker exec)
             svc = Service(name=f"{ray_name}-serve", kind="exec", role=role, argv=[], order=order, env=dict(env))
+            common.compile_cache(ctx, svc, owner=ray_name)  # in the Ray container: its mounted directory
         else:
             svc = Service(name="llmb-vllm", kind="systemd", role=role, argv=argv, order=order, env=env)
             svc = common.engine_service(ctx, svc, *bits)
+            common.compile_cache(ctx, svc)
         svc.packages = loader_packages(ctx, values)
         common.place_rank(ctx, topo, hp, svc, node, ea)
         if is_head and topo.mode == "dp":
