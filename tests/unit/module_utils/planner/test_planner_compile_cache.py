@@ -7,7 +7,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import yaml
-
 from llmbctl.catalog import overlay_errors
 
 REPO = Path(__file__).resolve().parents[4]
