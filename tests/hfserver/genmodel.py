@@ -509,6 +509,15 @@ def tiny_generate(out: Path, seed: int = 0, shards: int = 3) -> dict:
         for key, arr in tensors.items():
             weight_map[key] = name
             total += arr.size * (4 if key in f32 else 2)
+    _write_texts(out, cfg, tok, special, total, weight_map,
+                 "architecture of Kimi-K2 at hidden size 512, random bf16 weights: a real engine loads it.",
+                 "kimi-k2-tiny")
+    files = {p.name: p.stat().st_size for p in sorted(out.iterdir()) if p.is_file()}
+    return {"files": files, "total_size": sum(files.values()), "shard_count": shards}
+
+
+def _write_texts(out: Path, cfg: dict, tok: dict, special: dict[str, int], total: int, weight_map: dict[str, str],
+                 what: str, name: str) -> None:
     tok_cfg = {
         "added_tokens_decoder": {str(i): {"content": t, "lstrip": False, "normalized": False, "rstrip": False,
                                           "single_word": False, "special": True} for t, i in special.items()},
@@ -523,9 +532,8 @@ def tiny_generate(out: Path, seed: int = 0, shards: int = 3) -> dict:
     }
     texts = {
         ".gitattributes": GITATTRIBUTES,
-        "README.md": README.replace("kimi-k2-sim", "kimi-k2-tiny").replace(
-            "file layout of Kimi-K2-Thinking. Not a language model.",
-            "architecture of Kimi-K2 at hidden size 512, random bf16 weights: a real engine loads it."),
+        "README.md": README.replace("kimi-k2-sim", name).replace(
+            "file layout of Kimi-K2-Thinking. Not a language model.", what),
         "config.json": json.dumps(cfg, indent=2) + "\n",
         "generation_config.json": json.dumps({"bos_token_id": cfg["bos_token_id"],
                                               "eos_token_id": cfg["eos_token_id"]}, indent=2) + "\n",
@@ -537,22 +545,130 @@ def tiny_generate(out: Path, seed: int = 0, shards: int = 3) -> dict:
         "special_tokens_map.json": json.dumps({"bos_token": "[BOS]", "eos_token": "<|im_end|>",
                                                "pad_token": "[PAD]", "unk_token": "[UNK]"}, indent=2) + "\n",
     }
-    for name, text in texts.items():
-        (out / name).write_text(text, encoding="utf-8")
+    for fname, text in texts.items():
+        (out / fname).write_text(text, encoding="utf-8")
+
+
+# ---------------------------------------------------------------------------- kimi-k2-wide
+# Kimi-K2's true widths (moonshotai/Kimi-K2-Instruct config.json: hidden 7168, 64 heads, q_lora_rank 1536,
+# MLA kv_lora_rank 512 / qk_rope_head_dim 64 / qk_nope 128 / v_head 128, intermediate 18432, 384 routed
+# experts of 2048 + 1 shared, 8 per token, the first layer dense) with two layers (one dense, one MoE) and
+# the tiny tokenizer's vocabulary: 35 GB of bf16, for measuring how fast an engine loads real-size tensors.
+WIDE_CONFIG = {"hidden_size": 7168, "num_attention_heads": 64, "num_key_value_heads": 64, "q_lora_rank": 1536,
+               "intermediate_size": 18432, "moe_intermediate_size": 2048, "n_routed_experts": 384,
+               "num_experts_per_tok": 8, "num_hidden_layers": 2, "max_position_embeddings": 4096}
+
+
+def wide_config() -> dict:
+    return {**tiny_config(), **WIDE_CONFIG}
+
+
+def wide_tensors(cfg: dict) -> list[tuple[str, tuple[int, ...], str]]:
+    """(name, shape, kind) of every tensor in file order; kind: ones | f32zero | rand | small."""
+    h, heads, v = cfg["hidden_size"], cfg["num_attention_heads"], cfg["vocab_size"]
+    qk = cfg["qk_nope_head_dim"] + cfg["qk_rope_head_dim"]
+    out: list[tuple[str, tuple[int, ...], str]] = [("model.embed_tokens.weight", (v, h), "rand")]
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{i}"
+        out += [(f"{p}.input_layernorm.weight", (h,), "ones"), (f"{p}.post_attention_layernorm.weight", (h,), "ones"),
+                (f"{p}.self_attn.q_a_proj.weight", (cfg["q_lora_rank"], h), "rand"),
+                (f"{p}.self_attn.q_a_layernorm.weight", (cfg["q_lora_rank"],), "ones"),
+                (f"{p}.self_attn.q_b_proj.weight", (heads * qk, cfg["q_lora_rank"]), "rand"),
+                (f"{p}.self_attn.kv_a_proj_with_mqa.weight", (cfg["kv_lora_rank"] + cfg["qk_rope_head_dim"], h), "rand"),
+                (f"{p}.self_attn.kv_a_layernorm.weight", (cfg["kv_lora_rank"],), "ones"),
+                (f"{p}.self_attn.kv_b_proj.weight",
+                 (heads * (cfg["qk_nope_head_dim"] + cfg["v_head_dim"]), cfg["kv_lora_rank"]), "rand"),
+                (f"{p}.self_attn.o_proj.weight", (h, heads * cfg["v_head_dim"]), "small")]
+
+        def mlp(prefix: str, inter: int) -> list[tuple[str, tuple[int, ...], str]]:
+            return [(f"{prefix}.gate_proj.weight", (inter, h), "rand"), (f"{prefix}.up_proj.weight", (inter, h), "rand"),
+                    (f"{prefix}.down_proj.weight", (h, inter), "small")]
+
+        if i < cfg["first_k_dense_replace"]:
+            out += mlp(f"{p}.mlp", cfg["intermediate_size"])
+        else:
+            out += [(f"{p}.mlp.gate.weight", (cfg["n_routed_experts"], h), "rand"),
+                    (f"{p}.mlp.gate.e_score_correction_bias", (cfg["n_routed_experts"],), "f32zero")]
+            for e in range(cfg["n_routed_experts"]):
+                out += mlp(f"{p}.mlp.experts.{e}", cfg["moe_intermediate_size"])
+            out += mlp(f"{p}.mlp.shared_experts", cfg["moe_intermediate_size"] * cfg["n_shared_experts"])
+    out += [("model.norm.weight", (h,), "ones"), ("lm_head.weight", (v, h), "rand")]
+    return out
+
+
+def wide_generate(out: Path, seed: int = 0, shard_gb: float = 5.0) -> dict:
+    """Write kimi-k2-wide into ``out`` tensor by tensor (never a shard in memory): the data of each tensor
+    is a window of one 64 MiB random bf16 pool (tiny's magnitudes), at an offset drawn per tensor."""
+    out.mkdir(parents=True, exist_ok=True)
+    cfg = wide_config()
+    tok, special, _banned = tiny_tokenizer()
+    rnd = _Rand(seed)
+    pool = rnd.bf16((32 * 1024 * 1024,)).tobytes()
+    small = rnd.bf16((32 * 1024 * 1024,), exp=110).tobytes()
+    specs = wide_tensors(cfg)
+    limit = int(shard_gb * 1e9)
+    chunks: list[list[tuple[str, tuple[int, ...], str]]] = [[]]
+    size = 0
+    for t in specs:
+        n = int(np.prod(t[1])) * (4 if t[2] == "f32zero" else 2)
+        if chunks[-1] and size + n > limit:
+            chunks.append([])
+            size = 0
+        chunks[-1].append(t)
+        size += n
+    weight_map: dict[str, str] = {}
+    total = 0
+    for s, tensors in enumerate(chunks):
+        name = f"model-{s + 1:05d}-of-{len(chunks):06d}.safetensors"
+        header: dict[str, dict] = {"__metadata__": {"format": "pt"}}
+        off = 0
+        for tname, shape, kind in tensors:
+            n = int(np.prod(shape)) * (4 if kind == "f32zero" else 2)
+            header[tname] = {"dtype": "F32" if kind == "f32zero" else "BF16", "shape": list(shape),
+                             "data_offsets": [off, off + n]}
+            off += n
+            weight_map[tname] = name
+            total += n
+        hb = json.dumps(header, separators=(",", ":")).encode()
+        hb += b" " * (-len(hb) % 8)
+        with open(out / name, "wb") as f:
+            f.write(len(hb).to_bytes(8, "little") + hb)
+            for _tname, shape, kind in tensors:
+                n = int(np.prod(shape)) * (4 if kind == "f32zero" else 2)
+                if kind == "ones":
+                    f.write(_ones(n // 2).astype("<u2").tobytes())
+                    continue
+                if kind == "f32zero":
+                    f.write(bytes(n))
+                    continue
+                src = small if kind == "small" else pool
+                start = 2 * rnd.r.randrange(len(src) // 2)
+                while n > 0:
+                    piece = src[start:start + n]
+                    f.write(piece)
+                    n -= len(piece)
+                    start = 0
+    _write_texts(out, cfg, tok, special, total, weight_map,
+                 "widths of Kimi-K2 (hidden 7168, 64 heads, MLA, 384 + 1 experts), 2 layers, random bf16 weights.",
+                 "kimi-k2-wide")
     files = {p.name: p.stat().st_size for p in sorted(out.iterdir()) if p.is_file()}
-    return {"files": files, "total_size": sum(files.values()), "shard_count": shards}
+    return {"files": files, "total_size": sum(files.values()), "shard_count": len(chunks),
+            "params": total // 2}
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("out", type=Path)
-    ap.add_argument("--kind", choices=["layout", "tiny"], default="layout",
-                    help="layout: kimi-k2-sim (file layout only); tiny: kimi-k2-tiny (a real engine serves it)")
+    ap.add_argument("--kind", choices=["layout", "tiny", "wide"], default="layout",
+                    help="layout: kimi-k2-sim (file layout only); tiny: kimi-k2-tiny (a real engine serves it); "
+                         "wide: kimi-k2-wide (Kimi-K2's widths, 2 layers, 35 GB)")
     ap.add_argument("--shards", type=int, default=None)
     ap.add_argument("--shard-bytes", type=int, default=1_500_000)
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
-    if args.kind == "tiny":
+    if args.kind == "wide":
+        info = wide_generate(args.out, args.seed)
+    elif args.kind == "tiny":
         info = tiny_generate(args.out, args.seed, args.shards or 3)
     else:
         info = generate(args.out, args.shards or 4, args.shard_bytes, args.seed)
