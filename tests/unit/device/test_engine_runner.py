@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from llmb.serve import engine_error_line, parse_systemctl_show, unit_verdict
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -66,3 +67,77 @@ def test_an_engine_that_dies_is_a_failed_unit_with_its_error_in_the_log(tmp_path
     assert unit_verdict(props, 0) == "unit failed (exit status 2, exit-code)"
     log = _sh("journalctl", "-u", "svc", "-n", "40", state=st)
     assert engine_error_line(log) == "vllm: error: unrecognized arguments: --x 1"
+
+
+def _group_state(tmp: Path, argv: list[str], group: dict) -> Path:
+    st = tmp / "st"
+    st.mkdir()
+    (st / "plan.json").write_text(json.dumps([{"host": "h1", "address": "127.0.0.1",
+                                                "services": [{"name": "svc", "argv": argv, "env": {}, "order": 10}]}]))
+    (st / "group.json").write_text(json.dumps(group))
+    return st
+
+
+def _starts(st: Path) -> int:
+    f = st / "svc.starts"
+    return len(f.read_text().split()) if f.exists() else 0
+
+
+def _until(pred, timeout: float = 20.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while not pred():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True
+
+
+def test_a_group_unit_that_ends_by_itself_has_the_head_restart_the_group_and_a_stop_ends_it(tmp_path, monkeypatch):
+    """The units' machinery on the emulated nodes, without Ansible: status 0 by itself (vLLM's rank 0 after a
+    lost node) -> ExecStopPost= `llmb-group stopped` (the project's tool, $SERVICE_RESULT success, $EXIT_STATUS 0,
+    no stop job) -> llmb-group-restart.service on the head -> llmb-group.target restarted here in plan order;
+    a stop asked for restarts nothing."""
+    argv = [sys.executable, "-c", "import time; print('up', flush=True); time.sleep(1.5)"]
+    st = _group_state(tmp_path, argv, {"is_head": True, "units": ["svc"], "members": [], "waits": {},
+                                       "ssh_config": "/nonexistent", "settle_s": 0})
+    if not os.access("/run", os.W_OK):  # the group tool's stamp of its last restart (/run/llmb-group-restarted)
+        pytest.skip("/run is not writable here")
+    monkeypatch.setenv("LLMB_RUNNER_RESTART_SEC", "30")  # Restart= later than the group's restart
+    _sh(sys.executable, str(RUNNER), "start", "--plan", str(st / "plan.json"), "--host", "h1", "--service", "svc",
+        state=st)
+    assert _until(lambda: _starts(st) >= 2), (st / "svc.log").read_text()
+    log = (st / "svc.log").read_text()
+    assert "ExecStopPost: " in log and "stopped svc --head local" in log
+    assert "SERVICE_RESULT=success EXIT_CODE=exited EXIT_STATUS=0" in log
+    assert "restarting the group from the head (local)" in log
+    assert "restart --settle 0" in (st / "llmb-group-restart.log").read_text()
+    _sh(sys.executable, str(RUNNER), "stop", "--service", "svc", state=st)
+    n = _starts(st)
+    time.sleep(2.5)
+    assert _starts(st) == n and not (st / "svc.restarts").exists()
+
+
+def test_a_member_waits_for_the_heads_port_and_restart_applies_without_a_head(tmp_path, monkeypatch):
+    """ExecStartPre= `llmb-group wait` holds a member's engine until the head's port listens; Restart= (with
+    RestartForceExitStatus=0) starts a unit again that the group tool could not hand to a head."""
+    import socket
+
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    port = srv.getsockname()[1]
+    argv = [sys.executable, "-c", "print('member up', flush=True)"]
+    st = _group_state(tmp_path, argv, {"is_head": False, "head_address": "127.0.0.1", "units": ["svc"],
+                                       "waits": {"svc": [["127.0.0.1", port]]}, "wait_s": 60,
+                                       "ssh_config": "/nonexistent"})
+    monkeypatch.setenv("LLMB_RUNNER_RESTART_SEC", "0.5")
+    _sh(sys.executable, str(RUNNER), "start", "--plan", str(st / "plan.json"), "--host", "h1", "--service", "svc",
+        state=st)
+    time.sleep(1.5)
+    assert _starts(st) == 0 and (st / "svc.waiting").read_text().strip() == f"127.0.0.1:{port}"
+    srv.listen()
+    try:
+        assert _until(lambda: _starts(st) >= 2), (st / "svc.log").read_text()
+        assert "restarted by Restart=" in (st / "svc.log").read_text()
+    finally:
+        _sh(sys.executable, str(RUNNER), "stop", "--service", "svc", state=st)
+        srv.close()
