@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from pathlib import Path
 
 from . import flagset, kimiformat, runtime
 from .api import ApiConfig, ApiServer
@@ -136,7 +137,15 @@ def serve(fs: dict, engine: str, args: dict, pos: list[str], log: runtime.Log) -
     log.info(
         f"Loading weights from {model_dir} (TP {tp} x PP {pp} x DP {dp}, DCP {dcp})", "gpu_model_runner.py:1"
     )
+    t_load = time.monotonic()
     time.sleep(runtime.load_seconds())
+    # the real engine's lines (vLLM 0.26.0 default_loader.py, gpu_model_runner.py; the weight-load rate is read
+    # from them: llmb.serve.weight_load_timings): the checkpoint's safetensors bytes split over TP x PP
+    shard_bytes = sum(p.stat().st_size for p in Path(model_dir).glob("*.safetensors")) if Path(model_dir).is_dir() else 0
+    took = time.monotonic() - t_load
+    log.info(f"Loading weights took {took:.2f} seconds", "default_loader.py:430")
+    log.info(f"Model loading took {shard_bytes / max(tp * pp, 1) / 2**30:.2f} GiB memory and {took:.6f} seconds",
+             "gpu_model_runner.py:5347")
     served = args.get("--served-model-name") or [model]
     cfg = ApiConfig(
         engine=engine,

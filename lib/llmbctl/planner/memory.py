@@ -57,6 +57,13 @@ GIB = 1024**3
 # Non-KV peak per device (activations, sampler, NCCL/cuBLAS workspaces, CUDA graphs), in GiB:
 # calibrated on seed 003's TP8 log (10.31 GiB measured), see the module docstring.
 NON_KV_HEADROOM_GIB = 10.0
+# The same without CUDA graphs (vLLM's --enforce-eager), calibrated on kimi-k2-wide (Kimi-K2's widths, hidden
+# 7168), vLLM 0.26.0, TP 4 on 4x H200, gpu-memory-utilization 0.92, max-model-len 4096: "Available KV cache
+# memory: 117.74 GiB" after "Model loading took 8.26 GiB": 140.4 GiB x 0.92 - 8.26 - 117.74 = 3.17 GiB of
+# non-KV peak; 3.67 GiB with --load-format fastsafetensors (117.24 GiB); the constant 3.5 GiB predicts
+# 117.49 (docs/examples/serve-real-multinode/loadrate/). The 10 GiB predicted 110.99 GiB there, 6.8 short.
+EAGER_HEADROOM_GIB = 3.5
+EAGER_FLAG = "--enforce-eager"
 
 KV_DTYPE_BYTES = {
     "auto": None,
@@ -139,7 +146,9 @@ class MemoryFit:
                 f" = KV {_gib(self.kv_available_bytes)}"
             )
         else:
-            head = f" - activation/CUDA-graph headroom {self.headroom_gib:.1f} GiB" if self.headroom_gib else ""
+            what = "activation headroom (no CUDA graphs)" if self.headroom_gib == EAGER_HEADROOM_GIB else \
+                "activation/CUDA-graph headroom"
+            head = f" - {what} {self.headroom_gib:.1f} GiB" if self.headroom_gib else ""
             avail = (
                 f"{self.device_gib:.1f} GiB x {frac} = {_gib(self.budget_bytes)} - {weights}{head}"
                 f" = KV {_gib(self.kv_available_bytes)}"
@@ -459,7 +468,7 @@ def estimate(
         headroom = NON_KV_HEADROOM_GIB
         avail = (dev_bytes - w - headroom * GIB) * frac
     else:
-        headroom = NON_KV_HEADROOM_GIB
+        headroom = EAGER_HEADROOM_GIB if engine_args.get(EAGER_FLAG) is True else NON_KV_HEADROOM_GIB
         avail = dev_bytes * frac - w - headroom * GIB
     len_flag = caps.max_len_flag or "--max-model-len"
     raw_len = engine_args.get(len_flag, model.get("max_position_embeddings"))

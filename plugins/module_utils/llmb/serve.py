@@ -299,6 +299,31 @@ def _failed_to_start_cause(lines: list[str]) -> str | None:
     return None
 
 
+_LOAD_WEIGHTS = re.compile(r"Loading weights took ([0-9.]+) seconds")
+_MODEL_LOADING = re.compile(r"Model loading took ([0-9.]+) GiB memory and ([0-9.]+) seconds")
+_KV_MEMORY = re.compile(r"Available KV cache memory: ([0-9.]+) GiB")
+
+
+def weight_load_timings(log_text: str) -> dict:
+    """What vLLM's own log says of its last start's weight load (vLLM 0.26.0, default_loader.py and
+    gpu_model_runner.py; docs/examples/serve-real-multinode/loadrate/): loading_weights_s ("Loading weights
+    took S seconds", the slowest rank where several log it), model_loading_gib and model_loading_s ("Model
+    loading took G GiB memory and S seconds", per device), kv_cache_gib ("Available KV cache memory"); None
+    where the log has no such line. A log holding several starts (a restart appends to it, as the journal
+    does) is read from its last start on (vLLM's "non-default args:" line, the double's "Loading weights from")."""
+    text = str(log_text or "")
+    starts = [m.start() for m in re.finditer(r"non-default args:|Loading weights from", text)]
+    if starts:
+        text = text[starts[-1]:]
+    took = [float(x) for x in _LOAD_WEIGHTS.findall(text)]
+    loading = _MODEL_LOADING.findall(text)
+    kv = _KV_MEMORY.findall(text)
+    return {"loading_weights_s": max(took) if took else None,
+            "model_loading_gib": float(loading[-1][0]) if loading else None,
+            "model_loading_s": float(loading[-1][1]) if loading else None,
+            "kv_cache_gib": float(kv[-1]) if kv else None}
+
+
 def engine_error_line(log_text: str) -> str | None:
     """The engine's own error line in a log: the last exception or usage-error line; where vLLM says
     the root cause is above, that root cause.

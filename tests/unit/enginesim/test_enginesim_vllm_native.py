@@ -148,3 +148,18 @@ def test_the_native_launch_and_ray_do_not_mix(tmp_path, model):
     proc = run(argv, sim_env(tmp_path / "s"))
     assert proc.returncode == 1
     assert "nnodes > 1 can only be set when distributed executor backend is mp, uni or external_launcher." in proc.stderr
+
+
+def test_the_double_logs_the_weight_load_as_vllm_0_26_does(tmp_path, model):
+    """The real engine's "Loading weights took" and "Model loading took" lines (the load rate is read from them,
+    llmb.serve.weight_load_timings): the checkpoint's safetensors bytes over the ranks of a node."""
+    from llmb.serve import weight_load_timings
+
+    api = free_port()
+    with Proc([*cli("vllm"), *SERVE, str(model), "--port", str(api), "--tensor-parallel-size", "4"],
+              sim_env(tmp_path / "one"), tmp_path / "one.log") as p:
+        wait_healthy(api, p)
+        got = weight_load_timings(p.output())
+    shards = sum(f.stat().st_size for f in model.glob("*.safetensors"))
+    assert got["loading_weights_s"] is not None and got["loading_weights_s"] >= 0
+    assert got["model_loading_gib"] == round(shards / 4 / 2**30, 2)

@@ -74,6 +74,28 @@ def test_the_headroom_is_what_seed_003_leaves():
     assert abs(measured - memory.NON_KV_HEADROOM_GIB) < 0.5, measured
 
 
+# vLLM 0.26.0 on 4x H200 (issue 23, docs/examples/serve-real-multinode/loadrate/): kimi-k2-wide, TP 4,
+# --enforce-eager, max-model-len 4096, default 0.92: "Available KV cache memory" with each loader
+WIDE_EAGER_KV_GIB = {"default": 117.74, "fastsafetensors": 117.24}
+
+
+def test_without_cuda_graphs_the_headroom_is_what_the_real_eager_start_left():
+    """--enforce-eager captures no CUDA graphs: the 4x H200 start left 3.17-3.67 GiB of non-KV peak, not 10."""
+    planned = _plan("h200", llmb_model="kimi-k2-wide", llmb_platform="h200-x4", llmb_tensor_parallel=4,
+                    llmb_decode_context_parallel=1, llmb_engine_version="0.26.0",
+                    llmb_engine_args={"enforce-eager": True, "max-model-len": 4096})
+    fit = memory_fit(planned)
+    assert fit.headroom_gib == memory.EAGER_HEADROOM_GIB < memory.NON_KV_HEADROOM_GIB
+    for logged in WIDE_EAGER_KV_GIB.values():
+        assert abs(fit.kv_available_bytes / GIB - logged) < 0.5, (fit.kv_available_bytes / GIB, logged)
+    note = next(n for n in planned.notes if n.startswith("memory:"))
+    assert "activation headroom (no CUDA graphs) 3.5 GiB" in note
+    graphs = memory_fit(_plan("h200", llmb_model="kimi-k2-wide", llmb_platform="h200-x4", llmb_tensor_parallel=4,
+                              llmb_decode_context_parallel=1, llmb_engine_version="0.26.0",
+                              llmb_engine_args={"max-model-len": 4096}))
+    assert graphs.headroom_gib == memory.NON_KV_HEADROOM_GIB  # CUDA graphs on: the seed-003 calibration
+
+
 SEED004_ONE_NODE = {
     "llmb_model": "kimi-k2-instruct",
     "llmb_decode_context_parallel": 1,
