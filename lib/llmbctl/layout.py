@@ -3,6 +3,7 @@
     /etc/llmb        configuration: EnvironmentFiles, engine config files, ssh-mesh/
     /opt/llmb        software: uv/<version>, venvs/<engine>-<version>, tools (huggingface_hub)
     /var/lib/llmb    state kept between runs
+    /var/cache/llmb  compile/<service>: each engine service's compile and kernel caches (llmb_compile_cache_dir)
     /run/llmb        transient secrets (tmpfs): weights/hf-token during the weights stage
 
 Runs on the controller only (no node imports it), stdlib only.
@@ -15,6 +16,8 @@ from typing import Any
 ETC_DIR = "/etc/llmb"
 OPT_DIR = "/opt/llmb"
 STATE_DIR = "/var/lib/llmb"
+CACHE_DIR = "/var/cache/llmb"
+COMPILE_CACHE_DIR = CACHE_DIR + "/compile"  # llmb_compile_cache_dir's default
 RUN_DIR = "/run/llmb"
 SSH_MESH_DIR = ETC_DIR + "/ssh-mesh"
 # the listener-confining preload (roles/serve/files/llmb-bindto.c, built on each node by the serve role)

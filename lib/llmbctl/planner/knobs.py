@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..engines import registry
+from ..layout import COMPILE_CACHE_DIR
 from .disaggvars import check_disaggregation
 from .values import PARALLEL_MAX, TIMEOUT_MAX, Knob
 
@@ -231,7 +232,7 @@ KNOBS: tuple[Knob, ...] = (
     Knob(
         "llmb_compile_cache_dir",
         "str",
-        "/var/cache/llmb/compile",
+        COMPILE_CACHE_DIR,
         "compile and kernel caches: each engine service gets <dir>/<service> (torch inductor, Triton, "
         "vLLM's cache root, FlashInfer / DeepGEMM JIT); a variable set null in llmb_engine_env is left out)",
         format="path",
