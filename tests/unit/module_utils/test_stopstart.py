@@ -94,12 +94,17 @@ def test_remove_waits_for_the_requests_in_flight():
     assert got["changed"] is True and got["worker_type"] == "decode" and got["load"] == 3
     wid = next(w["id"] for w in json.loads(capture("workers-get.txt")[1])["workers"] if w["url"].endswith(":31003"))
     assert ("DELETE", f"http://127.0.0.1:31100/workers/{wid}") in router.calls
-    assert got["drained_s"] >= 10 and "no /get_load" in got["how"]  # the double has no /get_load: drain_s
+    assert got["drained_s"] >= 10 and "no /get_load" in got["how"]  # a worker without /get_load: drain_s
+    assert got["running"] is None
     # a worker that reports its load: the stop goes on once it runs none
     loads = iter([(200, b'[{"num_reqs": 2, "num_waiting_reqs": 1}]'), (200, b'[{"num_reqs": 0, "num_waiting_reqs": 0}]')])
     router, clock = FakeRouter(load=3, get_load=lambda: next(loads)), Clock()
     got = R.remove("http://127.0.0.1:31100", "http://127.0.0.1:31003", drain_s=60, http=router, sleep=clock.sleep, clock=clock)
-    assert got["how"] == "the worker's /get_load says none runs" and got["drained_s"] < 2
+    assert got["how"] == "the worker's /get_load says none runs" and got["drained_s"] < 2 and got["running"] == 0
+    # still busy when drain_s ran out: the requests the stop ends are counted
+    router, clock = FakeRouter(load=3, get_load=lambda: (200, b'[{"num_reqs": 2, "num_waiting_reqs": 1}]')), Clock()
+    got = R.remove("http://127.0.0.1:31100", "http://127.0.0.1:31003", drain_s=5, http=router, sleep=clock.sleep, clock=clock)
+    assert got["running"] == 3 and got["how"] == "3 request(s) still running after 5s" and got["drained_s"] >= 5
     # idle at removal: no long wait
     router, clock = FakeRouter(load=0), Clock()
     got = R.remove("http://127.0.0.1:31100", "http://127.0.0.1:31003", drain_s=30, http=router, sleep=clock.sleep, clock=clock)
