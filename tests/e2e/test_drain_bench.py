@@ -184,6 +184,8 @@ def test_stopping_a_decode_group_under_the_bench_fails_no_request_with_the_drain
     assert [d[0] for d in rec["drained"]] == [worker_a] and rec["drained"][0][3] == 0, rec
     assert f"drained:        node2 {worker_a} out of rotation" in stop.stdout, stop.stdout[-3000:]
     assert "requests still running at its stop: 0" in stop.stdout
+    report = (ROOT / "artifacts" / run_id / "report.md").read_text()
+    assert f"drained:        node2 {worker_a}" in report and "requests still running at its stop: 0" in report, report
     assert node("node2", "systemctl", "is-active", "llmb-sglang-decode", check=False).stdout.strip() != "active"
     assert node("node3", "systemctl", "is-active", "llmb-sglang-decode", check=False).stdout.strip() == "active"
     print(f"\n[drain e2e] llmb stop --group decode_a ({stop_s:.1f} s) under the bench: {drained}; drain {rec['drained']}")
@@ -203,6 +205,7 @@ def test_stopping_a_decode_group_under_the_bench_fails_no_request_with_the_drain
     rec = json.loads((ROOT / "artifacts" / run_id / "stop" / "node2.json").read_text())
     assert rec["drained"] == [] and rec["not_drained"] == [worker_a] and rec["drain"] is False, rec
     assert f"not drained:    node2 {worker_a}" in stop.stdout, stop.stdout[-3000:]
+    assert f"not drained:    node2 {worker_a}" in (ROOT / "artifacts" / run_id / "report.md").read_text()
     log = node("node2", "journalctl", "-u", "llmb-sglang-decode", "--since", "-5min", "--no-pager").stdout
     print(f"[drain e2e] llmb stop --group decode_a --no-drain ({stop_s:.1f} s) under the bench: {plain}")
     assert "Gracefully exiting... Remaining number of requests" in log, log[-2000:]

@@ -140,24 +140,16 @@ def group_option(inventory: str, group: str | None) -> list[str]:
 
 
 def drain_lines(stop_dir) -> list[str]:
-    """What `llmb stop` did to the workers a router routes to, per host (its stop/<host>.json): each
-    drained worker with its wait and the requests it still ran when its service stopped (those the stop
-    ended: 0 where the drain let them finish), or the workers stopped without a drain (--no-drain)."""
-    out = []
+    """The stop's drains (llmb.report.drain_lines) from its records under ``stop_dir``."""
+    from llmb.report import drain_lines as lines
+
+    records = {}
     for path in sorted(stop_dir.glob("*.json")):
         try:
-            rec = json.loads(path.read_text())
+            records[path.stem] = json.loads(path.read_text())
         except (OSError, ValueError):
             continue
-        data = rec.get("data", rec) if isinstance(rec, dict) else {}
-        for d in data.get("drained") or []:
-            url, secs, how, running = (list(d) + [None] * 4)[:4]
-            left = "unknown (no /get_load)" if running is None else str(running)
-            out.append(f"drained:        {path.stem} {url} out of rotation in {secs} s ({how}); "
-                       f"requests still running at its stop: {left}")
-        for url in data.get("not_drained") or []:
-            out.append(f"not drained:    {path.stem} {url} stopped with the requests it ran (--no-drain)")
-    return out
+    return lines({h: r for h, r in records.items() if isinstance(r, dict)})
 
 
 def stop_start(a: argparse.Namespace, cli) -> int:

@@ -130,3 +130,34 @@ def test_router_errors_name_what_it_answered():
         clock = Clock()
         R.remove("http://r", "http://127.0.0.1:31003", 1, timeout_s=3, sleep=clock.sleep, clock=clock,
                  http=lambda m, u, b=None, timeout=10: (200, stuck_doc) if m == "GET" else (202, b"{}"))
+
+
+def test_the_stops_drains_are_in_its_output_and_its_report(tmp_path):
+    """The records `llmb stop` wrote on the simulated cluster (tests/e2e/test_drain_bench.py), drained
+    and --no-drain: the report's section and the command's lines name each worker and the requests it
+    still ran at its stop."""
+    from llmb.report import write_report
+    from llmbctl.console.daytwo import drain_lines
+
+    run = tmp_path / "drain-stop-1"
+    (run / "stop").mkdir(parents=True)
+    drained = {"host": "node2", "stage": "stop", "ok": True, "duration_s": 4.177, "services": ["llmb-sglang-decode"],
+               "drained": [["http://172.19.0.4:30000", 0.5, "the worker's /get_load says none runs", 0]],
+               "drain": True, "not_drained": []}
+    (run / "stop" / "node2.json").write_text(json.dumps(drained))
+    (run / "stop" / "node3.json").write_text(json.dumps(
+        {"host": "node3", "stage": "stop", "ok": True, "duration_s": 62.3, "services": ["llmb-sglang-decode"],
+         "drained": [], "drain": False, "not_drained": ["http://172.19.0.3:30000"]}))
+    want = ["drained:        node2 http://172.19.0.4:30000 out of rotation in 0.5 s (the worker's /get_load says "
+            "none runs); requests still running at its stop: 0",
+            "not drained:    node3 http://172.19.0.3:30000 stopped with the requests it ran (--no-drain)"]
+    assert drain_lines(run / "stop") == want
+    rep = write_report(str(run), ["stop"])
+    assert rep["drains"] == want
+    md = (run / "report.md").read_text()
+    assert "## Workers a router routes to (llmb stop)" in md and want[0] in md and want[1] in md
+    assert 'id="drains"' in (run / "report.html").read_text()
+    # a stop without routers: no such section
+    (run / "stop" / "node2.json").write_text(json.dumps({**drained, "drained": []}))
+    (run / "stop" / "node3.json").unlink()
+    assert "drains" not in write_report(str(run), ["stop"])
