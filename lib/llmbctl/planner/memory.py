@@ -23,7 +23,11 @@ TP rank (the latent is not split by TP), so per rank and per token::
 
 Hybrid models (Kimi-K3, Kimi-Linear: kv_cache.kind hybrid) cache the MLA latent only in their
 full-attention layers; each Kimi Delta Attention layer holds a state of constant size per sequence
-(``linear_state``), subtracted once before the tokens are counted. A vision tower (the profile's
+(``linear_state``). Under vLLM the cache is laid out as the release does it (``vllm_hybrid_layout``:
+the attention block raised until its page holds a KDA state, layers grouped with padding layers, a
+state block per KDA group and request, the release's own "GPU KV cache size" and start check),
+calibrated on the published Kimi Linear log of vllm-project/vllm#28228; other engines subtract one
+sequence's state before the tokens are counted. A vision tower (the profile's
 ``modality``) is part of total_size_bytes and placed on its own (``vision_share``).
 
 Decode context parallel stores each token on one of DCP ranks, so the same memory holds DCP times
@@ -380,8 +384,8 @@ def linear_state(model: dict[str, Any], tp: int, pp: int) -> tuple[int, str] | N
 
     Kimi Delta Attention (vLLM mamba_utils kda_state_shape / kda_state_dtype): per layer, conv states
     of q, k and v, each (heads x head_dim / TP) x (conv kernel - 1) in the model dtype, and the
-    recurrent state (heads / TP) x head_dim x head_dim in FP32. vLLM also rounds the attention block
-    size so that one block's page matches the state's page; that rounding is not modelled."""
+    recurrent state (heads / TP) x head_dim x head_dim in FP32. Under vLLM the state is held per KDA
+    group in pages padded to the attention block's page: ``vllm_hybrid_layout``."""
     kv = model.get("kv_cache")
     if not isinstance(kv, dict) or kv.get("kind") != "hybrid" or not isinstance(kv.get("linear"), dict):
         return None
