@@ -123,3 +123,15 @@ def test_a_length_vllm_refuses_is_refused():
     long = memory.vllm_hybrid_layout(KL, available=2.297 * GIB, release="0.11.1",
                                      **{**ISSUE, "max_model_len": 1_048_576})
     assert not long.fits and long.needed_bytes == (7 * 1_093 + 20) * lay.page_bytes
+
+
+def test_layout_refuses_what_it_cannot_compute():
+    """A TP that does not divide the KDA heads, a model without KDA layers, a profile lacking a number:
+    a reason, never a traceback (estimate() then keeps the simple form)."""
+    kw = dict(available=GIB, max_model_len=1_000, kv_elem_bytes=2, release="0.26.0", pp=1, dcp=1)
+    assert isinstance(memory.vllm_hybrid_layout(KL, tp=3, **kw), str)
+    assert memory.vllm_hybrid_layout({"kv_cache": {"kind": "mla"}}, tp=1, **kw) == "not a hybrid model"
+    broken = {**KL, "kv_cache": {**KL["kv_cache"], "linear": {"kind": "kda", "num_heads": "x"}}}
+    assert "lacks a number" in memory.vllm_hybrid_layout(broken, tp=1, **kw)
+    # no memory: no blocks, and vLLM would not start
+    assert not memory.vllm_hybrid_layout(KL, tp=2, **{**kw, "available": -GIB}).fits
