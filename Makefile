@@ -43,12 +43,12 @@ molecule: venv image ## every Molecule scenario, one after another
 
 # The suites that bring up their own clusters (an engine upgrade and rollback: five bring-ups; the PD
 # router on a control node: 3 nodes) run beside the rest as e2e-own, so `make test` spreads them.
-E2E_OWN := tests/e2e/test_upgrade.py tests/e2e/test_disagg_control.py
+E2E_OWN := tests/e2e/test_upgrade.py tests/e2e/test_disagg_control.py tests/e2e/test_drain_bench.py
 
 e2e: venv image ## site.yml end to end on a simulated 2-node cluster (and, in e2e-own, the suites with their own clusters)
 	pytest -q -p no:cacheprovider tests/e2e $(addprefix --ignore=,$(E2E_OWN))
 
-e2e-own: venv image ## the e2e suites with their own clusters: engine upgrade / rollback, PD router on a control node
+e2e-own: venv image ## the e2e suites with their own clusters: engine upgrade / rollback, PD router on a control node, a decode group stopped under the bench
 	LLMB_E2E_CLUSTER=e2eown pytest -q -p no:cacheprovider $(E2E_OWN)
 
 # e2e-ctr: the container serve path's three recipes and their faults (`make e2e-ctr E2E_CTR_SELECT=a3` runs

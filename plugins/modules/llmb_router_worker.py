@@ -32,6 +32,7 @@ RETURN = r"""
 load: {description: Requests the router counted on the worker when it was removed., type: int, returned: state=absent}
 drained_s: {description: Seconds from the removal until the stop could go on., type: float, returned: state=absent}
 how: {description: How the drain ended., type: str, returned: state=absent}
+running: {description: "Requests the worker still ran when the wait ended (its /get_load; null: no such endpoint).", type: int, returned: state=absent}
 """
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402

@@ -267,7 +267,9 @@ def test_llmb_stop_drains_the_decode_group_under_load(cluster, pd):
     The router takes the decode worker out of rotation first (llmb_router_worker, delegated to the
     router's host) and its requests in flight finish: none of them fails. Requests sent after the
     group left rotation are refused by the router (503: 1P1D has no other decode group); both counts
-    are printed. The decode group is then started again as the fixture started it and put back."""
+    are printed. The decode group is then started again as the fixture started it and put back. The
+    same stop without the drain, with two decode groups under the project's bench:
+    tests/e2e/test_drain_bench.py."""
     import threading
 
     from llmb import router as R
@@ -331,24 +333,6 @@ def test_llmb_stop_drains_the_decode_group_under_load(cluster, pd):
         print(f"\n[pd stop under load] {len(results)} requests: {ok} ok, {len(broken)} failed in flight, "
               f"{len(refused)} refused after the decode group left rotation; drain {rec['drained']}")
         assert ok > 0 and broken == [], broken[:5]
-        # the same without the drain (systemctl stop, as a plain stop would), for comparison: printed
-        start_decode("1")
-        results.clear()
-        done.clear()
-        threads = [threading.Thread(target=client, daemon=True) for _ in range(8)]
-        for t in threads:
-            t.start()
-        time.sleep(3)
-        cluster.node("node2", "systemctl", "stop", decode["name"], check=False)
-        time.sleep(5)
-        done.set()
-        for t in threads:
-            t.join(60)
-        plain_ok = sum(1 for st, _ in results if st == 200)
-        plain_refused = [b for st, b in results if refused_by_router(st, b)]
-        plain_broken = [(st, b) for st, b in results if st != 200 and not refused_by_router(st, b)]
-        print(f"[pd stop without a drain] {len(results)} requests: {plain_ok} ok, {len(plain_broken)} failed in "
-              f"flight {sorted({f'{st} {b[:80]}' for st, b in plain_broken})[:3]}, {len(plain_refused)} refused after")
     finally:
         start_decode("0")
 

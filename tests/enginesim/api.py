@@ -4,7 +4,8 @@
 /v1/chat/completions (content, reasoning_content with a reasoning parser, tool calls when tools
 are given and tool calling is on, 404 for an unknown model like vLLM; a gsm8k prompt of our generated
 problems is answered as enginesim.gsm8k says, right for a configurable fraction), /v1/completions,
-/version.
+/version. SGLang's /get_load (the requests it runs) and its stop: on SIGTERM its /health answers
+503 and it goes on serving until a check finds no request running (serve_until_signal).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from . import gsm8k, kimiformat
-from .runtime import Log, request_seconds, serve_in_thread, wait_for_signal
+from .runtime import Log, env_float, request_seconds, serve_in_thread, wait_for_signal
 
 
 @dataclass
@@ -244,6 +245,9 @@ class ApiServer:
         self.cfg = cfg
         self.log = log
         self.ready = threading.Event()
+        self.exiting = threading.Event()  # SIGTERM received: SGLang's gracefully_exit
+        self.running = 0  # completions in flight (SGLang's /get_load num_reqs)
+        self.lock = threading.Lock()
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -284,8 +288,11 @@ class ApiServer:
             def do_GET(self):
                 if self._unauthorized():
                     return None
-                if self.path == "/health":
-                    return self._send(200 if self._healthy() else 503, b"")
+                if self.path == "/health":  # SGLang answers 503 once SIGTERM came (its graceful exit)
+                    return self._send(200 if self._healthy() and not outer.exiting.is_set() else 503, b"")
+                if self.path == "/get_load" and outer.cfg.engine == "sglang":
+                    return self._send(200, [{"dp_rank": 0, "num_reqs": outer.running, "num_waiting_reqs": 0,
+                                             "num_tokens": 0}])
                 if not self._healthy():
                     return self._send(503, {"error": {"message": "the model is still loading", "code": 503}})
                 if self.path == "/v1/models":
@@ -337,20 +344,27 @@ class ApiServer:
                     outer.log.raw("INFO:     Application shutdown complete.")
                     threading.Timer(0.2, os._exit, args=(0,)).start()  # the real API exits 0 here
                     return None
+                completion = self.path in ("/v1/chat/completions", "/v1/completions")
+                with outer.lock:
+                    outer.running += completion
                 try:
-                    if outer.cfg.pd is not None and self.path in ("/v1/chat/completions", "/v1/completions"):
+                    if outer.cfg.pd is not None and completion:
                         outer.cfg.pd.before_chat(req)
-                    if self.path in ("/v1/chat/completions", "/v1/completions") and request_seconds() > 0:
+                    stream = self.path == "/v1/chat/completions" and req.get("stream")
+                    if completion and not stream and request_seconds() > 0:
                         time.sleep(request_seconds())  # generating
                     if self.path == "/v1/chat/completions":
                         resp = chat_completion(outer.cfg, req)
-                        if req.get("stream"):
+                        if stream:
                             return self._stream(resp)
                         return self._send(200, resp)
                     if self.path == "/v1/completions":
                         return self._send(200, text_completion(outer.cfg, req))
                 except ApiError as err:
                     return self._send(err.status, err.body())
+                finally:
+                    with outer.lock:
+                        outer.running -= completion
                 return self._send(404, {"detail": "Not Found"})
 
             def _stream(self, resp: dict):
@@ -376,7 +390,23 @@ class ApiServer:
                     }
                     lines.append(b"data: " + json.dumps(event).encode() + b"\n\n")
                 lines.append(b"data: [DONE]\n\n")
-                self._send(200, b"".join(lines), "text/event-stream")
+                if request_seconds() <= 0:
+                    return self._send(200, b"".join(lines), "text/event-stream")
+                # generating for request_seconds: the first event at once, the rest when done (chunked,
+                # as uvicorn streams); a process that ends meanwhile leaves the stream without [DONE]
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                for i, line in enumerate(lines):
+                    if i == 1:
+                        time.sleep(request_seconds())
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(line), line))
+                    self.wfile.flush()
+                self.wfile.write(b"0\r\n\r\n")
+                outer.log.raw(f'INFO:     {self.client_address[0]}:{self.client_address[1]} - "POST {self.path} '
+                              'HTTP/1.1" 200 OK')
+                return None
 
         self.httpd = serve_in_thread(
             ThreadingHTTPServer,
@@ -399,4 +429,19 @@ def serve_until_signal(cfg: ApiConfig, address: tuple[str, int], log: Log, proce
     server.ready.set()
     for line in ready_lines(server.port):
         log.info(line)
-    return wait_for_signal(log, process)
+    if cfg.engine != "sglang":
+        return wait_for_signal(log, process)
+    # SGLang (0.5.x TokenizerManager.sigterm_watchdog): SIGTERM sets gracefully_exit, /health answers
+    # 503, requests are still taken; every 5 s it logs the requests remaining and exits once there are
+    # none. Under load that may never come: systemd's TimeoutStopSec then kills it, the requests in
+    # flight with it (a router that still sends it requests keeps it busy).
+    runtime_signal = wait_for_signal(log, process)
+    server.exiting.set()
+    poll = env_float("LLMB_ENGINESIM_EXIT_POLL_S", 5.0)
+    while True:
+        with server.lock:
+            remaining = server.running
+        log.info(f"Gracefully exiting... Remaining number of requests {remaining}.", where="tokenizer_manager.py:1")
+        if remaining == 0:
+            return runtime_signal
+        time.sleep(poll)

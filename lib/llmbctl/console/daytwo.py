@@ -1,7 +1,7 @@
 """The console's day-two commands (issue 27): status, stop, start, collect (docs/day-two.md).
 
     llmb status -i INV [--json]               playbooks/status.yml: what runs against the plan and the lock
-    llmb stop -i INV [--group G]              playbooks/stop.yml: reverse plan order, drained first
+    llmb stop -i INV [--group G] [--no-drain] playbooks/stop.yml: reverse plan order, drained first
     llmb start -i INV [--group G]             playbooks/start.yml: plan order, each level healthy
     llmb collect -i INV [--limit HOSTS]       playbooks/collect.yml: a support bundle per host, one archive
 
@@ -40,6 +40,9 @@ def add_parsers(sub) -> None:
         sp = sub.add_parser(name, help=helptext)
         _common(sp)
         sp.add_argument("--group", metavar="G", help="only the hosts of inventory group G (a whole serving group)")
+        if name == "stop":
+            sp.add_argument("--no-drain", action="store_true",
+                            help="stop at once: no worker taken out of its router's rotation first (serve_drain=false)")
     sp = sub.add_parser("collect", help="a support bundle per host, one archive: playbooks/collect.yml")
     _common(sp)
     sp.add_argument("--limit", metavar="HOSTS", help="only these hosts (an Ansible host pattern: node1,node2)")
@@ -136,14 +139,32 @@ def group_option(inventory: str, group: str | None) -> list[str]:
     return ["--limit", f"{group},localhost"]
 
 
+def drain_lines(stop_dir) -> list[str]:
+    """The stop's drains (llmb.report.drain_lines) from its records under ``stop_dir``."""
+    from llmb.report import drain_lines as lines
+
+    records = {}
+    for path in sorted(stop_dir.glob("*.json")):
+        try:
+            records[path.stem] = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+    return lines({h: r for h, r in records.items() if isinstance(r, dict)})
+
+
 def stop_start(a: argparse.Namespace, cli) -> int:
     run_id = cli.new_run_id(a.run_id)
     inv, extra = cli._inventory(a.inventory), cli._check_extra(a.extra_vars)
     options = group_option(inv, a.group)
+    if getattr(a, "no_drain", False):
+        extra = [*extra, "serve_drain=false"]
     progress = Progress(command=a.cmd)
     title = f"llmb {a.cmd}{' --group ' + a.group if a.group else ''} {run_id}"
     rc = cli.run_playbook(f"playbooks/{a.cmd}.yml", inv, extra, run_id, [a.cmd], title, progress=progress,
                           options=options)
+    if a.cmd == "stop":
+        for line in drain_lines(cli.ROOT / "artifacts" / run_id / "stop"):
+            print(line)
     if rc == 2 or not a.group:
         return rc
     # the report expects every planned host; with --group the group's hosts are what counts

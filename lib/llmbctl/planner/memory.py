@@ -23,7 +23,11 @@ TP rank (the latent is not split by TP), so per rank and per token::
 
 Hybrid models (Kimi-K3, Kimi-Linear: kv_cache.kind hybrid) cache the MLA latent only in their
 full-attention layers; each Kimi Delta Attention layer holds a state of constant size per sequence
-(``linear_state``), subtracted once before the tokens are counted. A vision tower (the profile's
+(``linear_state``). Under vLLM the cache is laid out as the release does it (``vllm_hybrid_layout``:
+the attention block raised until its page holds a KDA state, layers grouped with padding layers, a
+state block per KDA group and request, the release's own "GPU KV cache size" and start check),
+calibrated on the published Kimi Linear log of vllm-project/vllm#28228; other engines subtract one
+sequence's state before the tokens are counted. A vision tower (the profile's
 ``modality``) is part of total_size_bytes and placed on its own (``vision_share``).
 
 Decode context parallel stores each token on one of DCP ranks, so the same memory holds DCP times
@@ -110,6 +114,8 @@ class MemoryFit:
     vision_bytes: float = 0.0
     vision_how: str = ""
     vision_total: float = 0.0  # the vision tower's bytes in total_size_bytes
+    # vLLM's layout of a hybrid model's cache (blocks, groups, padding, its reported figures)
+    hybrid: HybridLayout | None = None
 
     @property
     def budget_bytes(self) -> float:
@@ -118,11 +124,16 @@ class MemoryFit:
     @property
     def sequence_bytes(self) -> float:
         """KV bytes one max-model-len sequence takes on one rank (DCP splits it), with its
-        linear-attention state on hybrid models."""
+        linear-attention state on hybrid models; under vLLM's hybrid cache, what the engine checks
+        before it starts (HybridLayout.needed_bytes)."""
+        if self.hybrid is not None:
+            return self.hybrid.needed_bytes
         return math.ceil(self.max_model_len / self.dcp) * self.kv_bytes_per_token + self.state_bytes
 
     @property
     def fits(self) -> bool:
+        if self.hybrid is not None:
+            return self.kv_available_bytes > 0 and self.hybrid.fits
         return self.kv_available_bytes > 0 and self.kv_tokens >= self.max_model_len
 
     def arithmetic(self) -> str:
@@ -155,7 +166,9 @@ class MemoryFit:
             )
         dcp = f" x DCP {self.dcp}" if self.dcp > 1 else ""
         state = f" (after one sequence's linear-attention state {_gib(self.state_bytes)})" if self.state_bytes else ""
-        if self.kv_available_bytes > 0:
+        if self.hybrid is not None:
+            count = self.hybrid.text()
+        elif self.kv_available_bytes > 0:
             left = _gib(self.kv_available_bytes - self.state_bytes) if self.state_bytes else _gib(self.kv_available_bytes)
             count = f"{left}{state} / {self.kv_bytes_per_token:,}{dcp} = {self.kv_tokens:,}"
         else:
@@ -164,25 +177,34 @@ class MemoryFit:
             f"KV per token per rank {self.kv_formula} = {self.kv_bytes_per_token:,} bytes; "
             + (f"linear-attention state per sequence per rank {self.state_formula} = {self.state_bytes:,} bytes; "
                if self.state_bytes else "")
-            + f"{count} tokens per instance"
+            + (f"{count}" if self.hybrid is not None else f"{count} tokens per instance")
         )
         seq = (
             f"one sequence of {self.max_len_flag} {self.max_model_len:,} needs "
             f"{_gib(self.sequence_bytes)} per rank"
             + (f" (split over DCP {self.dcp})" if self.dcp > 1 else "")
-            + (f" with its state; {self.concurrent_full:,} such sequences fit at once" if self.state_bytes else "")
+            + (" (vLLM's own check, above)" if self.hybrid is not None else
+               f" with its state; {self.concurrent_full:,} such sequences fit at once" if self.state_bytes else "")
         )
         return f"per {self.device_model}: {avail}; {tokens}; {seq}"
 
     @property
     def concurrent_full(self) -> int:
         """Sequences of max-model-len that fit at once (hybrid models: each holds its own state)."""
+        if self.hybrid is not None:
+            return self.hybrid.full_sequences
         return max(int(self.kv_available_bytes // self.sequence_bytes), 0) if self.sequence_bytes else 0
 
     def note(self) -> str:
+        tokens = (
+            f"{self.kv_tokens:,} tokens per instance as vLLM logs it (GPU KV cache size), room for "
+            f"{self.hybrid.attention_tokens:,} in the MLA layers"
+            if self.hybrid is not None and self.hybrid.attention_tokens != self.kv_tokens
+            else f"{self.kv_tokens:,} tokens per instance"
+        )
         return (
             f"memory: predicted KV cache {_gib(self.kv_available_bytes)} per device, "
-            f"{self.kv_tokens:,} tokens per instance ({self.max_len_flag} {self.max_model_len:,}); "
+            f"{tokens} ({self.max_len_flag} {self.max_model_len:,}); "
             + self.arithmetic()
         )
 
@@ -371,8 +393,8 @@ def linear_state(model: dict[str, Any], tp: int, pp: int) -> tuple[int, str] | N
 
     Kimi Delta Attention (vLLM mamba_utils kda_state_shape / kda_state_dtype): per layer, conv states
     of q, k and v, each (heads x head_dim / TP) x (conv kernel - 1) in the model dtype, and the
-    recurrent state (heads / TP) x head_dim x head_dim in FP32. vLLM also rounds the attention block
-    size so that one block's page matches the state's page; that rounding is not modelled."""
+    recurrent state (heads / TP) x head_dim x head_dim in FP32. Under vLLM the state is held per KDA
+    group in pages padded to the attention block's page: ``vllm_hybrid_layout``."""
     kv = model.get("kv_cache")
     if not isinstance(kv, dict) or kv.get("kind") != "hybrid" or not isinstance(kv.get("linear"), dict):
         return None
@@ -396,6 +418,231 @@ def linear_state(model: dict[str, Any], tp: int, pp: int) -> tuple[int, str] | N
         f"{state_b} bytes + 3 x {heads} x {dim} / TP {tp} x {kernel - 1} x {conv_b} bytes)"
     )
     return layers * (recurrent + conv), formula
+
+
+# vLLM's hybrid KV cache manager (v1 kv_cache_utils / kv_cache_planning and the platform's hybrid
+# block alignment), as the releases' own code does it; each rule names the wheels it was read from.
+# Releases before the first listed follow the 0.11.1 rule.
+#   report: "blocks" = "GPU KV cache size" is num_blocks // groups x block size (x DCP) (0.11.1, 0.19.1);
+#           "concurrency" = int(max concurrency x max-model-len) (0.23.0, 0.26.0, 0.32.0, 0.33.0)
+#   check:  "layers" = one request's bytes summed over the layers, padding left out (0.11.1);
+#           "groups" = layers sharing a block x page x blocks one request takes (0.19.1 to 0.33.0)
+#   group:  "min" = the group size is the smallest layer count of a kind (0.11.1); "ratio" = the
+#           largest when it is under 1.5 x the smallest, else the smallest (0.19.1 to 0.33.0)
+#   align:  the MLA block is a multiple of 64 tokens (0.11.1, 0.19.1: a constant; 0.23.0, 0.26.0: the
+#           backend's smallest kernel block, FlashMLA's 64), of 128 from 0.32.0 (0.32.0, 0.33.0:
+#           "make the manager block size a multiple of 128")
+#   prefix: state blocks a request holds per KDA group with --enable-prefix-caching: 1 where the release
+#           turns prefix caching off for KDA (0.11.1: "without support for prefix caching: disabling"),
+#           2 in Mamba cache "align" mode (0.26.0, 0.33.0; 0.19.1, 0.23.0, 0.32.0 taken alike, not read);
+#           without it (the default for hybrid models) 1
+VLLM_HYBRID_RULES: tuple[tuple[str, dict[str, Any]], ...] = (
+    ("0.0", {"report": "blocks", "check": "layers", "group": "min", "align": 64, "prefix": 1}),
+    ("0.19.1", {"report": "blocks", "check": "groups", "group": "ratio", "align": 64, "prefix": 2}),
+    ("0.23.0", {"report": "concurrency", "check": "groups", "group": "ratio", "align": 64, "prefix": 2}),
+    ("0.32.0", {"report": "concurrency", "check": "groups", "group": "ratio", "align": 128, "prefix": 2}),
+)
+
+
+def _release_key(release: str | None) -> tuple[int, ...]:
+    parts = []
+    for piece in str(release or "").split(".")[:3]:
+        digits = "".join(ch for ch in piece if ch.isdigit()) if piece[:1].isdigit() else ""
+        parts.append(int(digits[:6]) if digits else 0)
+    return tuple(parts)
+
+
+def vllm_hybrid_rules(release: str | None) -> dict[str, Any]:
+    """The hybrid-cache rules of a vLLM release (VLLM_HYBRID_RULES); unknown: the newest."""
+    if not release:
+        return dict(VLLM_HYBRID_RULES[-1][1])
+    key, chosen = _release_key(release), VLLM_HYBRID_RULES[0][1]
+    for first, rules in VLLM_HYBRID_RULES:
+        if key >= _release_key(first):
+            chosen = rules
+    return dict(chosen)
+
+
+@dataclass
+class HybridLayout:
+    """vLLM's KV cache of a hybrid (MLA + KDA) model on one rank, as the engine lays it out."""
+
+    release: str
+    rules: dict[str, Any]
+    mla_layers: int  # whole model
+    kda_layers: int
+    group_size: int
+    mla_groups: int
+    kda_groups: int
+    padding_layers: int  # KDA (or MLA) layer slots added so every group has group_size layers
+    align: int
+    attn_bytes_1_token: int  # one MLA layer's bytes for one token (kv_lora_rank + rope) x bytes
+    state_page: int  # one KDA layer's state of one sequence on a rank, unpadded
+    block_tokens: int  # the attention block, raised so its page holds a state
+    page_bytes: int  # every layer's page (the state padded up to it)
+    tensors: int  # layers sharing each block on the most loaded rank (one per group)
+    available: float
+    num_blocks: int
+    attn_blocks_per_request: int
+    state_blocks_per_group: int
+    max_model_len: int
+    dcp: int
+
+    @property
+    def block_bytes(self) -> int:
+        return self.page_bytes * self.tensors
+
+    @property
+    def blocks_per_request(self) -> int:
+        return self.attn_blocks_per_request * self.mla_groups + self.state_blocks_per_group * self.kda_groups
+
+    @property
+    def concurrency(self) -> float:
+        """vLLM's "Maximum concurrency for <max-model-len> tokens per request"."""
+        return self.num_blocks / self.blocks_per_request if self.blocks_per_request else 0.0
+
+    @property
+    def reported_tokens(self) -> int:
+        """vLLM's "GPU KV cache size: N tokens" (a figure of its own: see report_formula)."""
+        if self.rules["report"] == "blocks":
+            groups = self.mla_groups + self.kda_groups
+            return self.num_blocks // groups * self.block_tokens * self.dcp
+        return int(self.concurrency * self.max_model_len)
+
+    @property
+    def attention_tokens(self) -> int:
+        """Tokens the MLA layers hold for one sequence: every block of the pool but the null block
+        (block_pool) and the KDA groups' state blocks, x the block (x DCP)."""
+        free = self.num_blocks - 1 - self.state_blocks_per_group * self.kda_groups
+        return max(free, 0) // self.mla_groups * self.block_tokens * self.dcp if self.mla_groups else 0
+
+    @property
+    def full_sequences(self) -> int:
+        """Sequences of max-model-len the pool really holds at once (null block left out)."""
+        return max(self.num_blocks - 1, 0) // self.blocks_per_request if self.blocks_per_request else 0
+
+    @property
+    def needed_bytes(self) -> int:
+        """What vLLM checks one max-model-len request against before it starts."""
+        if self.rules["check"] == "layers":
+            return (self.mla_layers_rank * self.attn_blocks_per_request
+                    + self.kda_layers_rank * self.state_blocks_per_group) * self.page_bytes
+        return self.block_bytes * self.blocks_per_request
+
+    mla_layers_rank: int = 0
+    kda_layers_rank: int = 0
+
+    @property
+    def fits(self) -> bool:
+        """vLLM starts: one request of max-model-len fits the available memory (its check) and the
+        pool holds its blocks."""
+        return self.num_blocks > 0 and self.needed_bytes <= self.available
+
+    @property
+    def state_padding_pct(self) -> float:
+        return 100 * (self.page_bytes - self.state_page) / self.state_page if self.state_page else 0.0
+
+    def report_formula(self) -> str:
+        if self.rules["report"] == "blocks":
+            dcp = f" x DCP {self.dcp}" if self.dcp > 1 else ""
+            return (f"{self.num_blocks:,} blocks // {self.mla_groups + self.kda_groups} groups x {self.block_tokens}"
+                    f"{dcp} = {self.reported_tokens:,}")
+        return f"{self.concurrency:.4f} x {self.max_model_len:,} = {self.reported_tokens:,}"
+
+    def text(self) -> str:
+        """Every term of the layout, as one clause."""
+        pad = (f" + {self.padding_layers} padding layer{'s' if self.padding_layers != 1 else ''}"
+               if self.padding_layers else "")
+        check = (f"{self.mla_layers_rank} MLA layers x {self.attn_blocks_per_request:,} + {self.kda_layers_rank} KDA "
+                 f"layers x {self.state_blocks_per_group} pages" if self.rules["check"] == "layers"
+                 else f"{self.tensors} x {self.page_bytes:,} x {self.blocks_per_request:,} blocks")
+        return (
+            f"vLLM {self.release} hybrid cache: attention block {self.block_tokens} tokens (a multiple of "
+            f"{self.align} whose page {self.block_tokens} x {self.attn_bytes_1_token:,} = {self.page_bytes:,} bytes "
+            f"holds one KDA layer's state {self.state_page:,} bytes, padded {self.state_padding_pct:.2f}%); "
+            f"groups of {self.group_size} layers: {self.mla_groups} MLA + {self.kda_groups} KDA "
+            f"({self.mla_layers} MLA + {self.kda_layers} KDA layers{pad}); {self.tensors} layers share each block "
+            f"on a rank: {self.block_bytes:,} bytes a block; KV {_gib(self.available)} / {self.block_bytes:,} = "
+            f"{self.num_blocks:,} blocks; one request of {self.max_model_len:,} tokens takes "
+            f"{self.attn_blocks_per_request:,} MLA + {self.kda_groups} x {self.state_blocks_per_group} KDA = "
+            f"{self.blocks_per_request:,} blocks ({check} = {_gib(self.needed_bytes)} needed); "
+            f"vLLM logs GPU KV cache size {self.report_formula()} tokens and maximum concurrency "
+            f"{self.num_blocks:,} / {self.blocks_per_request:,} = {self.concurrency:.2f}x; the MLA layers have room "
+            f"for {self.attention_tokens:,} tokens beside one sequence's state ((blocks - 1 null - {self.kda_groups} x "
+            f"{self.state_blocks_per_group} state) x {self.block_tokens}"
+            + (f" x DCP {self.dcp}" if self.dcp > 1 else "")
+            + f"), {self.full_sequences:,} full sequences at once"
+        )
+
+
+def _interleave(layers: list[int], size: int) -> list[list[int]]:
+    """vLLM's split of one kind's layers into groups of at most size: layers[i::groups]."""
+    n = math.ceil(len(layers) / size) if layers else 0
+    return [layers[i::n] for i in range(n)]
+
+
+def vllm_hybrid_layout(
+    model: dict[str, Any], *, tp: int, pp: int, dcp: int, available: float, max_model_len: int,
+    kv_elem_bytes: int, release: str | None, prefix_caching: bool = False,
+) -> HybridLayout | str:
+    """vLLM's KV cache of a hybrid model on the most loaded rank, or why it cannot be computed.
+
+    The attention block is raised to the smallest multiple of the alignment whose page holds one KDA
+    layer's state, and every state page is padded to it (platforms.interface / models.config,
+    HybridAttentionMambaModelConfig). MLA and KDA layers are grouped, KDA padded up to whole groups
+    (kv_cache_utils._get_kv_cache_groups_uniform_page_size, "Add N padding layers"); each group's i-th
+    layer shares the i-th tensor, so a block costs a page per layer of the largest group on the rank
+    and one request takes ceil(len / DCP / block) MLA blocks plus one state block per KDA group (two
+    in "align" mode with prefix caching, 0.26.0's MambaSpec). num_blocks = available // block bytes."""
+    kv = model.get("kv_cache")
+    if not isinstance(kv, dict) or kv.get("kind") != "hybrid" or not isinstance(kv.get("linear"), dict):
+        return "not a hybrid model"
+    try:
+        layers = int(kv["num_hidden_layers"])
+        full = sorted({int(x) for x in kv["full_attn_layers"]})
+        rank, rope = int(kv["kv_lora_rank"]), int(kv["qk_rope_head_dim"])
+        lin = kv["linear"]
+        heads, dim = int(lin["num_heads"]), int(lin["head_dim"])
+        kernel = int(lin.get("conv_kernel_size", 4))
+        state_b, conv_b = int(lin.get("state_dtype_bytes", 4)), int(lin.get("conv_dtype_bytes", 2))
+    except (KeyError, TypeError, ValueError) as exc:
+        return f"kv_cache (hybrid) lacks a number: {exc}"
+    tp, pp, dcp = max(tp, 1), max(pp, 1), max(dcp, 1)
+    if layers < 1 or not full or full[0] < 1 or full[-1] > layers or heads % tp or kv_elem_bytes < 1:
+        return "kv_cache (hybrid): layer numbers or heads do not fit the TP split"
+    rules = vllm_hybrid_rules(release)
+    mla = full
+    kda = [n for n in range(1, layers + 1) if n not in set(full)]
+    local = heads // tp
+    state_page = local * dim * dim * state_b + 3 * local * dim * (kernel - 1) * conv_b
+    attn_1 = (rank + rope) * kv_elem_bytes
+    align = int(rules["align"])
+    block = align * math.ceil(state_page / (align * attn_1))
+    page = block * attn_1
+    if not kda:
+        return "kv_cache (hybrid): no linear-attention layers"
+    small, large = min(len(mla), len(kda)), max(len(mla), len(kda))
+    size = large if rules["group"] == "ratio" and large < small * 1.5 else small
+    padding = sum(size - len(x) % size for x in (mla, kda) if len(x) % size)
+    groups = _interleave(mla, size) + _interleave(kda, size)
+    n_mla = len(_interleave(mla, size))
+    tensors, most_mla, most_kda, start = 0, 0, 0, 0
+    for count in pp_partition(layers, pp):
+        stage = range(start + 1, start + count + 1)
+        tensors = max(tensors, *(sum(1 for x in g if x in stage) for g in groups))
+        most_mla = max(most_mla, sum(1 for x in mla if x in stage))
+        most_kda = max(most_kda, sum(1 for x in kda if x in stage))
+        start += count
+    num_blocks = int(max(available, 0) // (page * tensors))
+    return HybridLayout(
+        release=str(release or VLLM_HYBRID_RULES[-1][0] + "+"), rules=rules, mla_layers=len(mla),
+        kda_layers=len(kda), group_size=size, mla_groups=n_mla, kda_groups=len(groups) - n_mla,
+        padding_layers=padding, align=align, attn_bytes_1_token=attn_1, state_page=state_page,
+        block_tokens=block, page_bytes=page, tensors=tensors, available=available, num_blocks=num_blocks,
+        attn_blocks_per_request=math.ceil(math.ceil(max_model_len / dcp) / block),
+        state_blocks_per_group=int(rules["prefix"]) if prefix_caching else 1,
+        max_model_len=max_model_len, dcp=dcp, mla_layers_rank=most_mla, kda_layers_rank=most_kda,
+    )
 
 
 def vision_share(model: dict[str, Any], engine_args: dict[str, Any], tp: int) -> tuple[float, float, str]:
@@ -431,8 +678,12 @@ def estimate(
     dcp: int,
     expert_parallel: bool,
     devices_per_node: int = 8,
+    engine_version: str | None = None,
 ) -> tuple[MemoryFit | None, list[Problem], list[str]]:
-    """Predict the engine's memory; (fit or None, problems, notes). Never raises on bad values."""
+    """Predict the engine's memory; (fit or None, problems, notes). Never raises on bad values.
+
+    A hybrid model under vLLM is laid out as the release does it (``vllm_hybrid_layout``:
+    engine_version picks its rules); other engines subtract one sequence's state and count MLA tokens."""
     total = _number(model.get("total_size_bytes"))
     if not total or total <= 0:
         return None, [], [f"model {model_name}: no total_size_bytes in the profile; memory fit not checked"]
@@ -496,6 +747,18 @@ def estimate(
     state_bytes, state_formula = state if state else (0, "")
     blocks = math.floor(max(avail - state_bytes, 0) / (bpt * KV_BLOCK_TOKENS))
     dcp_eff = max(dcp, 1) if caps.decode_context_parallel else 1
+
+    def layout(room: float) -> HybridLayout | None:
+        if not state or engine != "vllm":
+            return None
+        out = vllm_hybrid_layout(
+            model, tp=tp, pp=pp, dcp=dcp_eff, available=room, max_model_len=int(max_len),
+            kv_elem_bytes=bpt // ((int(model["kv_cache"]["kv_lora_rank"]) + int(model["kv_cache"][
+                "qk_rope_head_dim"])) * layers_rank),
+            release=engine_version, prefix_caching=bool(engine_args.get("--enable-prefix-caching")))
+        return out if isinstance(out, HybridLayout) else None
+
+    hybrid = layout(avail)
     fit = MemoryFit(
         device_model=device_model,
         device_gib=device_gib,
@@ -513,7 +776,7 @@ def estimate(
         dcp=dcp_eff,
         max_model_len=int(max_len),
         max_len_flag=len_flag,
-        kv_tokens=blocks * KV_BLOCK_TOKENS * dcp_eff,
+        kv_tokens=hybrid.reported_tokens if hybrid else blocks * KV_BLOCK_TOKENS * dcp_eff,
         engine=engine,
         memory_model=caps.memory_model,
         state_bytes=state_bytes,
@@ -521,6 +784,7 @@ def estimate(
         vision_bytes=vision_dev,
         vision_how=vision_how,
         vision_total=vision_total,
+        hybrid=hybrid,
     )
     if fit.fits:
         return fit, [], [fit.note()]
@@ -530,7 +794,8 @@ def estimate(
     # said as a warning with every term, not refused.
     sure = avail + headroom * GIB * (frac if caps.memory_model == "free" else 1)
     sure_tokens = math.floor(max(sure - state_bytes, 0) / (bpt * KV_BLOCK_TOKENS)) * KV_BLOCK_TOKENS * dcp_eff
-    if sure > 0 and sure_tokens >= fit.max_model_len:
+    sure_hybrid = layout(sure) if hybrid else None
+    if sure > 0 and (sure_hybrid.fits if sure_hybrid else sure_tokens >= fit.max_model_len):
         return (
             fit,
             [],
@@ -543,6 +808,11 @@ def estimate(
         )
     if avail <= 0:
         what = f"the weights and headroom leave no KV cache ({_gib(avail)})"
+    elif hybrid is not None:
+        what = (
+            f"vLLM needs {_gib(hybrid.needed_bytes)} for one request of {len_flag} {fit.max_model_len:,} "
+            f"({hybrid.blocks_per_request:,} blocks), more than the {_gib(avail)} of KV cache"
+        )
     else:
         what = (
             f"{fit.kv_tokens:,} KV tokens per instance are fewer than one sequence of "
@@ -603,6 +873,7 @@ def estimate_plan(
         model=ctx.model,
         engine=ctx.engine,
         engine_args={**defaults, **engine_args},
+        engine_version=getattr(ctx, "version", None),
         device_model=ctx.platform.device_model,
         device_gib=ctx.platform.device_memory_gb,
         tp=topo.tp,

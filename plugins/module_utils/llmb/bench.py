@@ -28,11 +28,13 @@ class _Client:
         self.conn = cls(u.hostname or "127.0.0.1", u.port, timeout=timeout)
         self.path = u.path + (f"?{u.query}" if u.query else "")
 
-    def post(self, body: bytes) -> tuple[bool, float, int, str]:
+    def post(self, body: bytes, stream: bool = False) -> tuple[bool, float, int, str]:
         t0 = time.perf_counter()
         try:
             self.conn.request("POST", self.path, body=body, headers=self.headers)
             r = self.conn.getresponse()
+            if stream and r.status == 200:
+                return self._events(r, t0)
             raw = r.read()
             if r.status != 200:
                 return False, time.perf_counter() - t0, 0, f"HTTP Error {r.status}: {r.reason}"
@@ -42,6 +44,32 @@ class _Client:
         except (http.client.HTTPException, OSError, ValueError, TimeoutError) as e:
             self.conn.close()
             return False, time.perf_counter() - t0, 0, str(e)[:200]
+
+    def _events(self, r, t0: float) -> tuple[bool, float, int, str]:
+        """A streamed answer (server-sent events): complete only with its `data: [DONE]`; a stream that
+        ends before it (the server went away mid-answer) is a failed request, as `vllm bench serve`
+        counts it. Tokens: the usage of the last event that has one, else the content events."""
+        toks, events, done = 0, 0, False
+        for line in r:
+            line = line.strip()
+            if not line.startswith(b"data:"):
+                continue
+            data = line[5:].strip()
+            if data == b"[DONE]":
+                done = True
+                break
+            event = json.loads(data)
+            if not isinstance(event, dict) or "error" in event:
+                self.conn.close()
+                return False, time.perf_counter() - t0, 0, f"error event: {data[:160].decode(errors='replace')}"
+            usage = event.get("usage") or {}
+            toks = int(usage.get("completion_tokens") or 0) or toks
+            events += any((c.get("delta") or {}).get("content") for c in event.get("choices") or [])
+        if not done:
+            self.conn.close()
+            return False, time.perf_counter() - t0, 0, "the stream ended before data: [DONE]"
+        r.read()
+        return True, time.perf_counter() - t0, toks or events, ""
 
     def close(self) -> None:
         self.conn.close()
@@ -58,16 +86,20 @@ def percentile(values: list[float], q: float) -> float:
 
 def run_bench(base_url: str, model: str, requests: int = 32, concurrency: int = 4, max_tokens: int = 64,
               prompt: str = "Write a haiku about GPUs.", timeout: float = 300, warmup: int = 0,
-              token: str | None = None) -> dict:
+              token: str | None = None, stream: bool = False) -> dict:
     """``warmup`` requests go first, one at a time, and are not counted (as `vllm bench serve`'s
-    initial test request): kernels compiled on first use stay out of the figures."""
+    initial test request): kernels compiled on first use stay out of the figures. ``stream``: the
+    answers streamed (as `vllm bench serve` asks them); one whose stream breaks off counts as failed."""
     url = base_url.rstrip("/") + "/chat/completions"
-    body = json.dumps({"model": model, "messages": [{"role": "user", "content": prompt}],
-                       "max_tokens": max_tokens, "temperature": 0}).encode()
+    req = {"model": model, "messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens,
+           "temperature": 0}
+    if stream:
+        req.update(stream=True, stream_options={"include_usage": True})
+    body = json.dumps(req).encode()
     if warmup:
         first = _Client(url, timeout, token)
         for _ in range(warmup):
-            first.post(body)
+            first.post(body, stream)
         first.close()
     results: list[tuple[bool, float, int, str]] = []
     lock = threading.Lock()
@@ -81,7 +113,7 @@ def run_bench(base_url: str, model: str, requests: int = 32, concurrency: int = 
                     if not todo:
                         return
                     todo.pop()
-                r = client.post(body)
+                r = client.post(body, stream)
                 with lock:
                     results.append(r)
         finally:

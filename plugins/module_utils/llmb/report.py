@@ -271,6 +271,22 @@ def _upgrade_lines(up: dict) -> list:
     return lines + ([str(up["message"])] if up.get("message") else [])
 
 
+def drain_lines(stop: dict[str, dict]) -> list[str]:
+    """What `llmb stop` did to the workers a router routes to, from its records (host -> stop/<host>.json):
+    each drained worker with its wait and the requests it still ran when its service stopped (those the
+    stop ended: 0 where the drain let them finish), or the workers stopped without a drain (--no-drain)."""
+    out = []
+    for host, d in sorted(stop.items()):
+        for entry in d.get("drained") or []:
+            url, secs, how, running = (list(entry) + [None] * 4)[:4]
+            left = "unknown (no /get_load)" if running is None else str(running)
+            out.append(f"drained:        {host} {url} out of rotation in {secs} s ({how}); "
+                       f"requests still running at its stop: {left}")
+        out += [f"not drained:    {host} {url} stopped with the requests it ran (--no-drain)"
+                for url in d.get("not_drained") or []]
+    return out
+
+
 def collect(run_dir: Path, expect_stages: list[str] | None = None) -> dict:
     if not run_dir.is_dir():
         raise ReportError(f"report: no results directory {run_dir} (did any stage run?)")
@@ -332,6 +348,7 @@ def collect(run_dir: Path, expect_stages: list[str] | None = None) -> dict:
         "accuracy": _gates(stages.get("accuracy", {}), "runs"),
         **({"control": control} if (control := _control_hosts(dep)) else {}),
         "upgrade": _upgrade(run_dir),
+        **({"drains": drains} if (drains := drain_lines(stages.get("stop", {}))) else {}),
     }
 
 
@@ -443,6 +460,8 @@ def render_md(rep: dict) -> str:
             lines.append("")
     if rep.get("upgrade"):
         lines += ["## Plan diff and groups (upgrade.md)", "", "```", *_upgrade_lines(rep["upgrade"]), "```", ""]
+    if rep.get("drains"):
+        lines += ["## Workers a router routes to (llmb stop)", "", "```", *rep["drains"], "```", ""]
     lines += ["Per-host results: `<stage>/<host>.json` beside this file; the picture: `report.html`.", ""]
     return "\n".join(lines)
 
@@ -589,6 +608,10 @@ def render_html(rep: dict) -> str:
     if rep.get("upgrade"):
         p.append('<h2>Plan diff and groups</h2><pre id="upgrade">')
         p += [_e(line) for line in _upgrade_lines(rep["upgrade"])]
+        p.append("</pre>")
+    if rep.get("drains"):
+        p.append('<h2>Workers a router routes to (llmb stop)</h2><pre id="drains">')
+        p += [_e(line) for line in rep["drains"]]
         p.append("</pre>")
     p.append('<p class="small">Per-host results: <code>&lt;stage&gt;/&lt;host&gt;.json</code> beside this file.</p>')
     p.append("</body></html>\n")

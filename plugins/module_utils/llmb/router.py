@@ -78,7 +78,8 @@ def running_requests(worker: str, http: Http = request) -> int | None:
 def remove(router: str, worker: str, drain_s: float = 30, timeout_s: float = 60, http: Http = request,
            sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic) -> dict:
     """Take ``worker`` out of the router's rotation and let its requests in flight finish:
-    {"changed", "worker_type", "load", "drained_s", "how"}."""
+    {"changed", "worker_type", "load", "drained_s", "how", "running"}; ``running``: the requests the
+    worker still ran when the wait ended (its /get_load; None where it has none), which the stop ends."""
     listed = [w for w in workers(router, http) if _same(str(w.get("url", "")), worker)]
     if not listed:
         return {"changed": False, "worker_type": None, "load": None, "drained_s": 0.0, "how": "not in rotation"}
@@ -95,6 +96,7 @@ def remove(router: str, worker: str, drain_s: float = 30, timeout_s: float = 60,
         sleep(0.5)
     t1 = clock()
     how = f"waited {drain_s:g}s (the worker has no /get_load)"
+    n = None
     while clock() - t1 < drain_s:
         n = running_requests(worker, http)
         if n == 0:
@@ -104,7 +106,12 @@ def remove(router: str, worker: str, drain_s: float = 30, timeout_s: float = 60,
             how = "the router counted no request on it"
             break
         sleep(0.5)
-    return {"changed": True, "worker_type": wtype, "load": load, "drained_s": round(clock() - t0, 1), "how": how}
+    else:
+        n = running_requests(worker, http)  # what the stop now ends with the service
+        if n:
+            how = f"{n} request(s) still running after {drain_s:g}s"
+    return {"changed": True, "worker_type": wtype, "load": load, "drained_s": round(clock() - t0, 1), "how": how,
+            "running": n}
 
 
 def add(router: str, worker: str, worker_type: str, timeout_s: float = 120, http: Http = request,

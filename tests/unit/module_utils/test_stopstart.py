@@ -94,12 +94,17 @@ def test_remove_waits_for_the_requests_in_flight():
     assert got["changed"] is True and got["worker_type"] == "decode" and got["load"] == 3
     wid = next(w["id"] for w in json.loads(capture("workers-get.txt")[1])["workers"] if w["url"].endswith(":31003"))
     assert ("DELETE", f"http://127.0.0.1:31100/workers/{wid}") in router.calls
-    assert got["drained_s"] >= 10 and "no /get_load" in got["how"]  # the double has no /get_load: drain_s
+    assert got["drained_s"] >= 10 and "no /get_load" in got["how"]  # a worker without /get_load: drain_s
+    assert got["running"] is None
     # a worker that reports its load: the stop goes on once it runs none
     loads = iter([(200, b'[{"num_reqs": 2, "num_waiting_reqs": 1}]'), (200, b'[{"num_reqs": 0, "num_waiting_reqs": 0}]')])
     router, clock = FakeRouter(load=3, get_load=lambda: next(loads)), Clock()
     got = R.remove("http://127.0.0.1:31100", "http://127.0.0.1:31003", drain_s=60, http=router, sleep=clock.sleep, clock=clock)
-    assert got["how"] == "the worker's /get_load says none runs" and got["drained_s"] < 2
+    assert got["how"] == "the worker's /get_load says none runs" and got["drained_s"] < 2 and got["running"] == 0
+    # still busy when drain_s ran out: the requests the stop ends are counted
+    router, clock = FakeRouter(load=3, get_load=lambda: (200, b'[{"num_reqs": 2, "num_waiting_reqs": 1}]')), Clock()
+    got = R.remove("http://127.0.0.1:31100", "http://127.0.0.1:31003", drain_s=5, http=router, sleep=clock.sleep, clock=clock)
+    assert got["running"] == 3 and got["how"] == "3 request(s) still running after 5s" and got["drained_s"] >= 5
     # idle at removal: no long wait
     router, clock = FakeRouter(load=0), Clock()
     got = R.remove("http://127.0.0.1:31100", "http://127.0.0.1:31003", drain_s=30, http=router, sleep=clock.sleep, clock=clock)
@@ -125,3 +130,34 @@ def test_router_errors_name_what_it_answered():
         clock = Clock()
         R.remove("http://r", "http://127.0.0.1:31003", 1, timeout_s=3, sleep=clock.sleep, clock=clock,
                  http=lambda m, u, b=None, timeout=10: (200, stuck_doc) if m == "GET" else (202, b"{}"))
+
+
+def test_the_stops_drains_are_in_its_output_and_its_report(tmp_path):
+    """The records `llmb stop` wrote on the simulated cluster (tests/e2e/test_drain_bench.py), drained
+    and --no-drain: the report's section and the command's lines name each worker and the requests it
+    still ran at its stop."""
+    from llmb.report import write_report
+    from llmbctl.console.daytwo import drain_lines
+
+    run = tmp_path / "drain-stop-1"
+    (run / "stop").mkdir(parents=True)
+    drained = {"host": "node2", "stage": "stop", "ok": True, "duration_s": 4.177, "services": ["llmb-sglang-decode"],
+               "drained": [["http://172.19.0.4:30000", 0.5, "the worker's /get_load says none runs", 0]],
+               "drain": True, "not_drained": []}
+    (run / "stop" / "node2.json").write_text(json.dumps(drained))
+    (run / "stop" / "node3.json").write_text(json.dumps(
+        {"host": "node3", "stage": "stop", "ok": True, "duration_s": 62.3, "services": ["llmb-sglang-decode"],
+         "drained": [], "drain": False, "not_drained": ["http://172.19.0.3:30000"]}))
+    want = ["drained:        node2 http://172.19.0.4:30000 out of rotation in 0.5 s (the worker's /get_load says "
+            "none runs); requests still running at its stop: 0",
+            "not drained:    node3 http://172.19.0.3:30000 stopped with the requests it ran (--no-drain)"]
+    assert drain_lines(run / "stop") == want
+    rep = write_report(str(run), ["stop"])
+    assert rep["drains"] == want
+    md = (run / "report.md").read_text()
+    assert "## Workers a router routes to (llmb stop)" in md and want[0] in md and want[1] in md
+    assert 'id="drains"' in (run / "report.html").read_text()
+    # a stop without routers: no such section
+    (run / "stop" / "node2.json").write_text(json.dumps({**drained, "drained": []}))
+    (run / "stop" / "node3.json").unlink()
+    assert "drains" not in write_report(str(run), ["stop"])

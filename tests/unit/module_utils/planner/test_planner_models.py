@@ -141,7 +141,14 @@ def test_k3_on_one_h200_node_is_refused_with_every_term():
                  "vision tower 0.12 GB (split by TP 8)", "= 200.0 GB per device (186.26 GiB)",
                  "headroom 10.0 GiB", "KV -67.10 GiB", "(512 + 64) x 24 MLA layers x 2 bytes = 27,648 bytes",
                  "69 KDA layers x (96 heads / TP 8 x 128 x 128 x 4 bytes + 3 x 96 x 128 / TP 8 x 3 x 2 bytes) "
-                 "= 56,171,520 bytes", "one sequence of --max-model-len 1,048,576 needs 27.05 GiB per rank"):
+                 "= 56,171,520 bytes",
+                 # vLLM 0.32.0's hybrid cache: the 768-token block (a multiple of 128 whose 884,736-byte page
+                 # holds one KDA layer's 814,080-byte state), 24 MLA + 72 KDA slots (3 padding), one request
+                 # 1,366 + 3 blocks of 24 pages: 24 x 884,736 x 1,369 = 27.07 GiB
+                 "attention block 768 tokens", "3 padding layers", "24 layers share each block on a rank",
+                 "1,366 MLA + 3 x 1 KDA = 1,369 blocks (24 x 884,736 x 1,369 blocks = 27.07 GiB needed)",
+                 "KV -67.10 GiB / 21,233,664 = 0 blocks",
+                 "one sequence of --max-model-len 1,048,576 needs 27.07 GiB per rank"):
         assert term in text, term
     assert "llmb_tensor_parallel or llmb_pipeline_parallel" in probs[0].fix
 
@@ -158,7 +165,13 @@ def test_k3_plans_on_two_h200_nodes_native_multinode():
     state = 36 * 814_080  # the PP rank with 36 KDA layers, 12 heads a TP rank
     assert fit.state_bytes == state
     kv = device * 0.95 - weights - 10 * GIB
-    assert fit.kv_tokens == int((kv - state) // (576 * 13 * 2 * 64)) * 64
+    # vLLM's hybrid cache: a 768-token block (884,736-byte page); PP rank 1 holds 13 of the MLA group's 24
+    # layers, rank 0 12 of each KDA group's 23 or 24 (layers[i::3]): 13 pages a block on the worst rank
+    blocks = int(kv // (884_736 * 13))
+    lay = fit.hybrid
+    assert (lay.block_tokens, lay.tensors, lay.num_blocks, lay.blocks_per_request) == (768, 13, blocks, 1366 + 3)
+    assert fit.kv_tokens == int(blocks / 1369 * 1_048_576)  # vLLM >= 0.23: concurrency x max-model-len
+    assert lay.attention_tokens == (blocks - 1 - 3) * 768
     assert fit.fits and fit.max_model_len == 1_048_576
 
 
