@@ -211,12 +211,31 @@ def _serve(deployment: dict | None, serve: dict[str, dict]) -> dict:
     order.sort(key=lambda r: (r["order"] if isinstance(r["order"], (int, float)) else 1e9, r["host"], str(r["service"])))
     healthy = {}
     for host, d in serve.items():
+        # the compile cache before the start, per service (roles/serve/tasks/report.yml; older records: none)
+        caches = d.get("compile_cache") if isinstance(d.get("compile_cache"), dict) else {}
         for r in d.get("healthy") or []:  # [service, seconds] (roles/serve/tasks/report.yml) or a dict
-            if isinstance(r, (list, tuple)) and len(r) == 2:
-                r = {"service": r[0], "waited_s": r[1]}
+            if isinstance(r, (list, tuple)) and len(r) in (2, 3):
+                r = {"service": r[0], "waited_s": r[1], **({"compile_cache": r[2]} if len(r) == 3 else {})}
             if isinstance(r, dict):
-                healthy.setdefault(host, []).append({"service": r.get("service"), "waited_s": r.get("waited_s")})
+                cache = r.get("compile_cache") or caches.get(r.get("service"))
+                healthy.setdefault(host, []).append({"service": r.get("service"), "waited_s": r.get("waited_s"),
+                                                     "compile_cache": cache if isinstance(cache, str) else None})
     return {"start_order": order, "healthy": healthy}
+
+
+def healthy_text(waited_s: Any, compile_cache: Any = None) -> str:
+    """'healthy after 124.6 s (compile cache cold)'; without a cache state (an older record), the time alone."""
+    text = f"healthy after {_fmt_s(waited_s)}" if waited_s is not None else "healthy (time not recorded)"
+    return text + (f" (compile cache {compile_cache})" if compile_cache else "")
+
+
+def healthy_lines(sv: dict) -> list[str]:
+    """One line per health-checked service, in start order: 'llmb-vllm on node1: healthy after 124.6 s (compile
+    cache cold)'; a host's services the start order does not name (no deployment document) after them."""
+    rows = {(h, r["service"]): r for h, rs in sv["healthy"].items() for r in rs}
+    keys = [(r["host"], r["service"]) for r in sv["start_order"] if (r["host"], r["service"]) in rows]
+    keys = list(dict.fromkeys(keys + sorted(rows, key=lambda k: (str(k[0]), str(k[1])))))
+    return [f"{s} on {h}: {healthy_text(rows[(h, s)]['waited_s'], rows[(h, s)]['compile_cache'])}" for h, s in keys]
 
 
 def _gates(records: dict[str, dict], key: str) -> list[dict]:
@@ -458,6 +477,9 @@ def render_md(rep: dict) -> str:
         if notes:
             lines += [f"{title} note ({h}): {n}" for h, n in notes]
             lines.append("")
+    serve_lines = healthy_lines(rep["serve"])
+    if serve_lines:
+        lines += ["Serve:", *[f"- {line}" for line in serve_lines], ""]
     if rep.get("upgrade"):
         lines += ["## Plan diff and groups (upgrade.md)", "", "```", *_upgrade_lines(rep["upgrade"]), "```", ""]
     if rep.get("drains"):
@@ -585,11 +607,14 @@ def render_html(rep: dict) -> str:
     if sv["start_order"]:
         p.append('<h2>Serve</h2><table id="serve"><tr><th>level</th><th>host</th><th>service</th><th>kind</th>'
                  "<th>time to healthy</th></tr>")
-        waits = {(h, r["service"]): r["waited_s"] for h, rs in sv["healthy"].items() for r in rs}
+        waits = {(h, r["service"]): r for h, rs in sv["healthy"].items() for r in rs}
         for r in sv["start_order"]:
-            w = waits.get((r["host"], r["service"]))
+            w = waits.get((r["host"], r["service"])) or {}
+            t = _fmt_s(w["waited_s"]) if w.get("waited_s") is not None else None
+            if t and w.get("compile_cache"):
+                t += f" (compile cache {w['compile_cache']})"
             p.append(f"<tr><td>{_e(r['order'])}</td><td>{_e(r['host'])}</td><td>{_e(r['service'])}</td>"
-                     f"<td>{_e(r['kind'])}</td><td>{_e(_fmt_s(w) if w is not None else None)}</td></tr>")
+                     f"<td>{_e(r['kind'])}</td><td>{_e(t)}</td></tr>")
         p.append("</table>")
 
     for title, key in (("Bench", "bench"), ("Accuracy", "accuracy")):

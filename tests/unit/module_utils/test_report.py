@@ -248,3 +248,21 @@ def test_refused_inventory_report_in_headless_chromium(tmp_path):
     assert "keep one x &lt;b&gt;" in dom.stdout  # escaped, not markup
     assert "no result" not in dom.stdout and 'id="stages"' not in dom.stdout
 
+
+
+def test_serve_time_to_healthy_says_the_compile_cache(tmp_path):
+    """The serve record's compile_cache (roles/serve/tasks/report.yml) beside each time to healthy, in
+    report.md and report.html; an older record without it still renders the time alone."""
+    run = tmp_path / "r"
+    _deployment(run, api=("node1", "node2"))
+    record(str(run), "serve", "node1", {"healthy": [["llmb-ray", 2.0], ["llmb-vllm", 124.6]],
+                                        "compile_cache": {"llmb-vllm": "cold"}})
+    record(str(run), "serve", "node2", {"healthy": [["llmb-vllm", 31.5]]})  # older record: no cache state
+    rep = write_report(str(run))
+    assert rep["serve"]["healthy"]["node1"][1] == {"service": "llmb-vllm", "waited_s": 124.6, "compile_cache": "cold"}
+    md = (run / "report.md").read_text()
+    assert "- llmb-vllm on node1: healthy after 124.6 s (compile cache cold)" in md
+    assert "- llmb-ray on node1: healthy after 2 s\n" in md
+    assert "- llmb-vllm on node2: healthy after 31.5 s\n" in md
+    page = (run / "report.html").read_text()
+    assert "<td>124.6 s (compile cache cold)</td>" in page and "<td>31.5 s</td>" in page
