@@ -39,6 +39,10 @@ def test_site_converges_all_stages(cluster):
         assert stage in report["stages"], f"no {stage} results in {run_dirs[-1]}"
     assert report["endpoint"] == f"http://{cluster.ip('node1')}:8000/v1"
     assert "kimi-k2-sim" in report["smoke_answer"]
+    # untouched nodes: the engine's compile cache was empty at its first start (llmb.compile_cache)
+    vllm = [r for r in report["serve"]["healthy"]["node1"] if r["service"] == "llmb-vllm"]
+    assert [r["compile_cache"] for r in vllm] == ["cold"], report["serve"]["healthy"]
+    assert "llmb-vllm on node1: healthy after " in (run_dirs[-1] / "report.md").read_text()
     # Ray's GCS binds every interface; the llmb-bindto preload the serve role built keeps it on the
     # head's cluster address: listening there only, and refused on the head's loopback
     head = cluster.ip("node1")
