@@ -57,6 +57,7 @@ PREFLIGHT = "uname -sr; python3 --version; systemctl --version | head -1; comman
             "nvidia-smi --query-gpu=driver_version --format=csv,noheader; command -v cc gcc clang; true"
 BENCH_REQUESTS, BENCH_CONCURRENCY = 32, 4
 MITOGEN_NOTES: set[str] = set()
+NOT_MEASURED: list[str] = []
 DOC = ROOT / "docs" / "scale.md"
 BEGIN, END = "<!-- bench_rerun: begin -->", "<!-- bench_rerun: end -->"
 
@@ -302,7 +303,8 @@ def report(results: list[dict], first: dict[int, float], args_line: str, elapsed
             lines.append(f"| {n} | {st}{' (gated)' if st in GATED else ''} | {t:.1f} | "
                          f"{'-' if lp is None else f'{lp:.2f}'} | {ratio} | "
                          f"{f'{mi[st]:.1f}' if st in mi else '-'} | {f'{be[st]:.1f}' if st in be else '-'} |")
-    return "\n".join(lines + [""] + checks + [f"- Mitogen: {n}" for n in sorted(MITOGEN_NOTES)])
+    return "\n".join(lines + [""] + checks + [f"- Mitogen: {n}" for n in sorted(MITOGEN_NOTES)]
+                     + [f"- {n}" for n in NOT_MEASURED])
 
 
 def write_doc(text: str) -> None:
@@ -337,6 +339,11 @@ def main() -> int:
                 inv, first[n] = bring_up(name, n)
                 print(f"--- {n} nodes: first bring-up {first[n]:.1f} s (load {load()})", flush=True)
                 results.append(measure(inv, a.repeat, a.mitogen, a.baseline_tree, f"{n}"))
+                print(report(results, first, "(so far)", time.perf_counter() - t_all), flush=True)
+            except SystemExit as err:  # one N that fails (a bring-up, a re-run) leaves the others' figures
+                first.pop(n, None)
+                NOT_MEASURED.append(f"{n} nodes: not measured: {' '.join(str(err).split())[:400]}")
+                print(NOT_MEASURED[-1], flush=True)
             finally:
                 if not a.keep:
                     subprocess.run([str(ROOT / "scripts/sim-cluster"), "down", "--name", name], capture_output=True)
@@ -346,7 +353,7 @@ def main() -> int:
     print("ratio re-run / ssh loop: " + ", ".join(
         f"{r['nodes']} nodes {median_side(r['sides']['toolkit'])[0] / median_side(r['sides']['loop'])[0]:.2f}"
         for r in results))
-    if not (a.no_write or a.inventory):
+    if not (a.no_write or a.inventory or not results):
         write_doc(text)
         print(f"wrote {DOC.relative_to(ROOT)}")
     return 0
