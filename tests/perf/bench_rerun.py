@@ -61,6 +61,7 @@ BENCH_REQUESTS, BENCH_CONCURRENCY = 32, 4
 MITOGEN_NOTES: set[str] = set()
 NOT_MEASURED: list[str] = []
 OFF = "every task (llmb_fast_rerun=false)"
+EXTRA: list[str] = []  # -e of every re-run (--extra-vars)
 DOC = ROOT / "docs" / "scale.md"
 BEGIN, END = "<!-- bench_rerun: begin -->", "<!-- bench_rerun: end -->"
 
@@ -95,7 +96,7 @@ def site(inv: Path, tree: Path, run_id: str, mitogen: bool = False, extra: tuple
     env.update(LLMB_RUN_ID=run_id, ANSIBLE_NOCOLOR="1", ANSIBLE_CALLBACKS_ENABLED="ansible.posix.profile_tasks",
                PROFILE_TASKS_TASK_OUTPUT_LIMIT="0")
     t0 = time.perf_counter()
-    p = subprocess.run([str(ROOT / ".venv/bin/ansible-playbook"), "-i", str(inv.resolve()), "site.yml", *extra], cwd=tree, env=env,
+    p = subprocess.run([str(ROOT / ".venv/bin/ansible-playbook"), "-i", str(inv.resolve()), "site.yml", *EXTRA, *extra], cwd=tree, env=env,
                        capture_output=True, text=True, timeout=3600, check=False)
     run = Run(p, time.perf_counter() - t0)
     log = ROOT / "artifacts" / run_id / "site.log"
@@ -335,11 +336,15 @@ def main() -> int:
     ap.add_argument("--inventory", type=Path, help="a converged cluster's inventory (sim-cluster inventory): no bring-up")
     ap.add_argument("--mitogen", action="store_true", help="also the re-run with Mitogen's linear strategy")
     ap.add_argument("--baseline-tree", type=Path, help="also the re-run from this checkout (the tree before)")
+    ap.add_argument("--extra-vars", "-e", action="append", default=[],
+                    help="extra variables of every re-run (e.g. verify_fabric=never: the simulator's all-reduce at 32 nodes)")
     ap.add_argument("--fast-off", action="store_true", help="also the re-run with every task (-e llmb_fast_rerun=false)")
     ap.add_argument("--name", default="rerun", help="cluster name prefix (LLMB_PERF_CLUSTER_PREFIX comes first)")
     ap.add_argument("--keep", action="store_true", help="leave the clusters up")
     ap.add_argument("--no-write", action="store_true", help="print only; docs/scale.md untouched")
     a = ap.parse_args()
+    for ev in a.extra_vars:
+        EXTRA.extend(["-e", ev])
     t_all = time.perf_counter()
     results, first = [], {}
     if a.inventory:
