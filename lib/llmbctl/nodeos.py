@@ -1,6 +1,6 @@
 """What the toolkit relies on in a node's operating system, checked by preflight (playbooks/preflight.yml)
 from the node's minimal facts, and the node OSes the end-to-end suite boots (README, "Node operating
-systems"). No Ansible imports: the filter llmb_node_os_problems is a thin wrapper."""
+systems"). No Ansible imports: the action plugin llmb_preflight is a thin wrapper."""
 
 from __future__ import annotations
 
@@ -59,3 +59,47 @@ def os_untested(host: str, facts: dict[str, Any]) -> str | None:
         return None
     return (f"{host}: preflight os: {dist} {major} is not among the tested node OSes ({TESTED_TEXT}); "
             "the facts the toolkit relies on are present, so the run goes on")
+
+
+def driver_problems(host: str, query_output: str, engine: str, version: str, vendor: str | None,
+                    data_dir: str | None = None) -> list[str]:
+    """The chosen engine release against the node's NVIDIA driver (``query_output``: what `nvidia-smi
+    --query-gpu=driver_version --format=csv,noheader` printed), as verify's engine.driver judges it:
+    one finding's line when the driver cannot run it, none when it can or the check does not apply.
+    A release the catalog does not know raises ValueError (llmbctl.catalog.CatalogError)."""
+    from llmbctl.catalog import Catalog
+    from llmbctl.enginecat.requirements import driver_finding, driver_from_query
+
+    rel = Catalog(data_dir or None).release_requirements(str(engine or ""), str(version or ""))
+    if rel is None:
+        return []
+    found = driver_finding(rel["release"], rel["requirements"], driver_from_query(query_output), vendor)
+    if found is None or found.ok:
+        return []
+    line = Finding.from_record(found.check_record(), host)
+    line.id = "preflight engine.driver"
+    return [line.render()]
+
+
+def compiler_problems(host: str, confined: str, compiler: str | None) -> list[str]:
+    """The serve stage builds the llmb-bindto preload where the plan confines a listener (``confined``:
+    the ports, comma-separated): it needs a C compiler (``compiler``: its path, None when none)."""
+    if not confined or compiler:
+        return []
+    return [Finding("preflight bindto.compiler", found="none", host=host,
+                    expected=f"a C compiler (cc, gcc or clang) to build the llmb-bindto preload that binds port(s) "
+                             f"{confined} to the cluster address",
+                    fix="install gcc and the libc headers (apt-get install gcc libc6-dev / dnf install gcc "
+                        "glibc-devel), or set llmb_confine_listeners: false (docs/ports.md)").render()]
+
+
+def preflight_problems(host: str, facts: dict[str, Any], *, engine: str = "", version: str = "",
+                       vendor: str | None = None, driver_query: str | None = None, confined: str = "",
+                       compiler: str | None = None, data_dir: str | None = None) -> list[str]:
+    """Every problem preflight finds on a node, each a finding's line: its OS facts (os_problems), the
+    chosen release against its driver where ``driver_query`` is given (an NVIDIA node that is not a
+    control node) and a C compiler where the plan confines listeners."""
+    out = os_problems(host, facts)
+    if driver_query is not None:
+        out += driver_problems(host, driver_query, engine, version, vendor, data_dir)
+    return out + compiler_problems(host, confined, compiler)

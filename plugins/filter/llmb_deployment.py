@@ -8,6 +8,7 @@ plan: "{{ hostvars | llmb_launch_plan(groups) }}"          # list of host plans 
 mine: "{{ plan | llmb_host_plan(inventory_hostname) }}"     # this host's entry
 problems: "{{ hostvars | llmb_plan_problems(groups) }}"    # [] or list of problem dicts
 report: "{{ problems | llmb_plan_report }}"                 # multi-line text for fail_msg
+api:  "{{ doc | llmb_api_hosts }}"                          # the hosts that serve an API (llmb.report)
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import os
 
 from ansible.errors import AnsibleFilterError
 from llmb.finding import Finding
+from llmb.report import api_hosts
 from llmbctl.deployment import DeploymentError, build, dumps, host_view, validate_run_id
 from llmbctl.planner import PlanError, check, plan
 from llmbctl.planner.inventory import is_checked_name
@@ -116,6 +118,11 @@ def llmb_host_plan(plan_list, host):
     return {"host": host, "services": []}
 
 
+def llmb_api_hosts(doc):
+    """The hosts whose plan serves an API: bench and accuracy run there (llmb.report.api_hosts)."""
+    return api_hosts(dict(doc or {}))
+
+
 class FilterModule:
     def filters(self):
         return {
@@ -126,4 +133,5 @@ class FilterModule:
             "llmb_plan_problems": llmb_plan_problems,
             "llmb_plan_report": llmb_plan_report,
             "llmb_host_plan": llmb_host_plan,
+            "llmb_api_hosts": llmb_api_hosts,
         }

@@ -17,6 +17,11 @@ options:
   stage: {description: Stage name (directory under artifacts_dir)., type: str, required: true}
   data: {description: Fields of the result (ok may be set to false)., type: dict, default: {}}
   host: {description: Host the result is of (default the task's inventory_hostname)., type: str}
+  hosts:
+    description: The same result for each of these hosts, in one task (run_once; not with O(host)).
+    type: list
+    elements: str
+    default: []
 attributes:
   check_mode: {support: full, description: Writes the controller-side result in check mode too.}
   diff_mode: {support: none}
@@ -31,5 +36,6 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
-path: {description: Path of the result file., returned: always, type: str}
+path: {description: Path of the result file., returned: without hosts, type: str}
+paths: {description: Paths of the result files, one per host., returned: with hosts, type: list}
 """

@@ -104,8 +104,10 @@ def test_the_deployment_puts_the_router_on_the_control_node(ctl):
 def test_preflight_reaches_the_control_node_and_skips_its_driver_check(ctl):
     pre = ctl["pre"]
     assert pre.rc == 0, pre.out[-3000:]
-    driver = pre.out.split("TASK [NVIDIA driver version]", 1)[1].split("TASK [", 1)[0]
-    assert "ok: [node1]" in driver and "skipping: [node3]" in driver, driver
+    # one round per node (llmb_preflight); the control node has no nvidia-smi, so its driver check (which
+    # would find "not reported") is not asked of it, and it passes
+    task = pre.out.split("TASK [Node answers", 1)[1].split("TASK [", 1)[0]
+    assert "ok: [node1]" in task and "ok: [node3]" in task and "engine.driver" not in task, task
     assert re.search(r"node3\s+: ok=\d+ .*failed=0", pre.out), pre.out[-1500:]
 
 

@@ -79,3 +79,24 @@ def test_preflight_refuses_driver_570_for_vllm_0_23_0_before_any_download(tmp_pa
             "(links libcudart.so.13), found 570.148.08") in " ".join(out.split()), out[-3000:]
     # stage 0 only: nothing of the engine or weights stages ran
     assert "TASK [engine" not in out and "TASK [weights" not in out
+
+
+def test_preflight_passes_a_driver_that_runs_the_release_in_one_round_with_the_nodes_facts(tmp_path):
+    """The same node at driver 580.65.06: the driver check passes, in one task per node (llmb_preflight:
+    the connection, the minimal facts, the driver), and the node's facts are the host's facts. (The node is
+    the controller itself: where it has no systemd or no sshd key, preflight says so, and only that.)"""
+    bindir = _node(tmp_path, "580.65.06")
+    inv = _inventory(tmp_path, "0.23.0")
+    env = dict(os.environ, PATH=f"{bindir}:{os.environ['PATH']}", LLMB_ARTIFACTS_DIR=str(tmp_path / "art"),
+               ANSIBLE_NOCOLOR="1", ANSIBLE_STDOUT_CALLBACK="ansible.builtin.default", ANSIBLE_CALLBACK_RESULT_FORMAT="json")
+    proc = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-v", "-i", str(inv),
+                           "playbooks/preflight.yml"], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=300, check=False)
+    out = proc.stdout + proc.stderr
+    play = out.split("PLAY [Reachability and OS of every node]", 1)[1]
+    assert play.count("TASK [") == 1, play[:3000]
+    assert '"checked": ["driver", "os"]' in play and '"ansible_system": "Linux"' in play, play[:3000]
+    assert "engine.driver" not in play, play[:3000]
+    problems = re.findall(r"gpu-h100-01: (preflight [a-z.]+):", play)
+    assert set(problems) <= {"preflight systemd", "preflight sshd"}, play[:3000]
+    assert (proc.returncode == 0) == (not problems), out[-3000:]

@@ -19,7 +19,9 @@ interleaved `--repeat` times:
   evaluation in full; the loop's request is a floor, not their equal);
 - `--mitogen`: the same re-run with Mitogen's linear strategy (scripts/mitogen-env);
 - `--baseline-tree DIR`: the same re-run from another checkout (e.g. `git archive <commit>` of the
-  tree before the fast path), same venv, same cluster.
+  tree before the fast path), same venv, same cluster (it must converge the nodes to the same state:
+  an older tree whose roles write other files changes them, and the run stops);
+- `--fast-off`: the same re-run with every task (`-e llmb_fast_rerun=false`: no stage gated), this tree.
 Ratios printed; the section of docs/scale.md between the bench_rerun markers is rewritten unless
 --no-write (or --inventory). The load average is printed with every figure: on the shared 2-core
 machine it is part of what is measured.
@@ -57,6 +59,9 @@ PREFLIGHT = "uname -sr; python3 --version; systemctl --version | head -1; comman
             "nvidia-smi --query-gpu=driver_version --format=csv,noheader; command -v cc gcc clang; true"
 BENCH_REQUESTS, BENCH_CONCURRENCY = 32, 4
 MITOGEN_NOTES: set[str] = set()
+NOT_MEASURED: list[str] = []
+OFF = "every task (llmb_fast_rerun=false)"
+EXTRA: list[str] = []  # -e of every re-run (--extra-vars)
 DOC = ROOT / "docs" / "scale.md"
 BEGIN, END = "<!-- bench_rerun: begin -->", "<!-- bench_rerun: end -->"
 
@@ -85,12 +90,13 @@ def stage_split(out: str) -> dict[str, float]:
     return per
 
 
-def site(inv: Path, tree: Path, run_id: str, mitogen: bool = False) -> tuple[float, dict[str, float], Run]:
+def site(inv: Path, tree: Path, run_id: str, mitogen: bool = False, extra: tuple[str, ...] = ()
+         ) -> tuple[float, dict[str, float], Run]:
     env = ansible_env(mitogen=mitogen)
     env.update(LLMB_RUN_ID=run_id, ANSIBLE_NOCOLOR="1", ANSIBLE_CALLBACKS_ENABLED="ansible.posix.profile_tasks",
                PROFILE_TASKS_TASK_OUTPUT_LIMIT="0")
     t0 = time.perf_counter()
-    p = subprocess.run([str(ROOT / ".venv/bin/ansible-playbook"), "-i", str(inv.resolve()), "site.yml"], cwd=tree, env=env,
+    p = subprocess.run([str(ROOT / ".venv/bin/ansible-playbook"), "-i", str(inv.resolve()), "site.yml", *EXTRA, *extra], cwd=tree, env=env,
                        capture_output=True, text=True, timeout=3600, check=False)
     run = Run(p, time.perf_counter() - t0)
     log = ROOT / "artifacts" / run_id / "site.log"
@@ -226,7 +232,8 @@ def bring_up(name: str, nodes: int) -> tuple[Path, float]:
     return inv, dt
 
 
-def measure(inv: Path, repeat: int, mitogen: bool, baseline: Path | None, tag: str, warm: bool = False) -> dict:
+def measure(inv: Path, repeat: int, mitogen: bool, baseline: Path | None, tag: str, warm: bool = False,
+            fast_off: bool = False) -> dict:
     hosts = inventory_hosts(inv)
     key = None
     sim_serve = inv.parent / "group_vars" / "all" / "serve.yml"
@@ -253,6 +260,10 @@ def measure(inv: Path, repeat: int, mitogen: bool, baseline: Path | None, tag: s
             l0 = load()
             secs, per, _ = site(inv, baseline, rid + "-baseline")
             sides.setdefault("before (baseline tree)", []).append((secs, per, l0, load()))
+        if fast_off:
+            l0 = load()
+            secs, per, _ = site(inv, ROOT, rid + "-fastoff", extra=("-e", "llmb_fast_rerun=false"))
+            sides.setdefault(OFF, []).append((secs, per, l0, load()))
     return {"nodes": len(hosts), "sides": sides}
 
 
@@ -288,21 +299,24 @@ def report(results: list[dict], first: dict[int, float], args_line: str, elapsed
         checks.append(f"- {n} nodes: re-run / SSH loop {tk / loop_s:.2f} (target <= 3)"
                       + (f"; re-run / first bring-up {tk / first[n]:.2f} (target <= 0.25)" if n in first else ""))
     lines += ["", "Per stage (medians; toolkit = the stage's share of the site.yml re-run):", "",
-              "| nodes | stage | toolkit s | loop s | ratio |" + ("".join(f" {k} s |" for k in ("mitogen", "before"))),
-              "|---:|---|---:|---:|---:|---:|---:|"]
+              "| nodes | stage | toolkit s | loop s | ratio |" + ("".join(f" {k} s |" for k in ("mitogen", "before", "every task"))),
+              "|---:|---|---:|---:|---:|---:|---:|---:|"]
     for r in results:
         n = r["nodes"]
         _, loop_per, _ = median_side(r["sides"]["loop"])
         _, tk_per, _ = median_side(r["sides"]["toolkit"])
         mi = median_side(r["sides"]["toolkit, mitogen"])[1] if "toolkit, mitogen" in r["sides"] else {}
         be = median_side(r["sides"]["before (baseline tree)"])[1] if "before (baseline tree)" in r["sides"] else {}
+        off = median_side(r["sides"][OFF])[1] if OFF in r["sides"] else {}
         for st in (*STAGES, "ansible start/plays"):  # _tasks, _task_hosts: the notes below
             t, lp = tk_per.get(st, 0.0), loop_per.get(st)
             ratio = f"{t / lp:.2f}" if lp else "-"
             lines.append(f"| {n} | {st}{' (gated)' if st in GATED else ''} | {t:.1f} | "
                          f"{'-' if lp is None else f'{lp:.2f}'} | {ratio} | "
-                         f"{f'{mi[st]:.1f}' if st in mi else '-'} | {f'{be[st]:.1f}' if st in be else '-'} |")
-    return "\n".join(lines + [""] + checks + [f"- Mitogen: {n}" for n in sorted(MITOGEN_NOTES)])
+                         f"{f'{mi[st]:.1f}' if st in mi else '-'} | {f'{be[st]:.1f}' if st in be else '-'} | "
+                         f"{f'{off[st]:.1f}' if st in off else '-'} |")
+    return "\n".join(lines + [""] + checks + [f"- Mitogen: {n}" for n in sorted(MITOGEN_NOTES)]
+                     + [f"- {n}" for n in NOT_MEASURED])
 
 
 def write_doc(text: str) -> None:
@@ -322,21 +336,31 @@ def main() -> int:
     ap.add_argument("--inventory", type=Path, help="a converged cluster's inventory (sim-cluster inventory): no bring-up")
     ap.add_argument("--mitogen", action="store_true", help="also the re-run with Mitogen's linear strategy")
     ap.add_argument("--baseline-tree", type=Path, help="also the re-run from this checkout (the tree before)")
+    ap.add_argument("--extra-vars", "-e", action="append", default=[],
+                    help="extra variables of every re-run (e.g. verify_fabric=never: the simulator's all-reduce at 32 nodes)")
+    ap.add_argument("--fast-off", action="store_true", help="also the re-run with every task (-e llmb_fast_rerun=false)")
     ap.add_argument("--name", default="rerun", help="cluster name prefix (LLMB_PERF_CLUSTER_PREFIX comes first)")
     ap.add_argument("--keep", action="store_true", help="leave the clusters up")
     ap.add_argument("--no-write", action="store_true", help="print only; docs/scale.md untouched")
     a = ap.parse_args()
+    for ev in a.extra_vars:
+        EXTRA.extend(["-e", ev])
     t_all = time.perf_counter()
     results, first = [], {}
     if a.inventory:
-        results.append(measure(a.inventory, a.repeat, a.mitogen, a.baseline_tree, "inv", warm=True))
+        results.append(measure(a.inventory, a.repeat, a.mitogen, a.baseline_tree, "inv", warm=True, fast_off=a.fast_off))
     else:
         for n in [int(x) for x in a.nodes.split(",") if x.strip()]:
             name = cluster_name(f"{a.name}{n}")
             try:
                 inv, first[n] = bring_up(name, n)
                 print(f"--- {n} nodes: first bring-up {first[n]:.1f} s (load {load()})", flush=True)
-                results.append(measure(inv, a.repeat, a.mitogen, a.baseline_tree, f"{n}"))
+                results.append(measure(inv, a.repeat, a.mitogen, a.baseline_tree, f"{n}", fast_off=a.fast_off))
+                print(report(results, first, "(so far)", time.perf_counter() - t_all), flush=True)
+            except SystemExit as err:  # one N that fails (a bring-up, a re-run) leaves the others' figures
+                first.pop(n, None)
+                NOT_MEASURED.append(f"{n} nodes: not measured: {' '.join(str(err).split())[:400]}")
+                print(NOT_MEASURED[-1], flush=True)
             finally:
                 if not a.keep:
                     subprocess.run([str(ROOT / "scripts/sim-cluster"), "down", "--name", name], capture_output=True)
@@ -346,7 +370,7 @@ def main() -> int:
     print("ratio re-run / ssh loop: " + ", ".join(
         f"{r['nodes']} nodes {median_side(r['sides']['toolkit'])[0] / median_side(r['sides']['loop'])[0]:.2f}"
         for r in results))
-    if not (a.no_write or a.inventory):
+    if not (a.no_write or a.inventory or not results):
         write_doc(text)
         print(f"wrote {DOC.relative_to(ROOT)}")
     return 0

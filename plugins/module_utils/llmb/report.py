@@ -66,7 +66,9 @@ def _ts(value: Any) -> float | None:
     return None
 
 
-def _api_hosts(deployment: dict) -> list[str]:
+def api_hosts(deployment: dict) -> list[str]:
+    """The hosts whose plan serves an API (a service with ``api``): where bench and accuracy run and
+    record a result (stage 0 puts them in the group llmb_api_hosts, the plays of both stages)."""
     out = []
     for name, h in (deployment.get("hosts") or {}).items():
         services = ((h or {}).get("plan") or {}).get("services") or []
@@ -82,7 +84,7 @@ def expected_results(deployment: dict | None, stages: list[str], present: dict[s
     hosts = list((deployment or {}).get("hosts") or {})
     if not hosts:
         hosts = sorted({h for hs in present.values() for h in hs})
-    api = _api_hosts(deployment or {}) if deployment else []
+    api = api_hosts(deployment or {}) if deployment else []
     control = {n for n, h in ((deployment or {}).get("hosts") or {}).items() if (h or {}).get("control")}
     out = []
     for s in stages:

@@ -3,7 +3,7 @@ host, check, expected and found."""
 
 from __future__ import annotations
 
-from llmbctl.nodeos import TESTED_TEXT, os_problems, os_untested
+from llmbctl.nodeos import TESTED_TEXT, compiler_problems, os_problems, os_untested, preflight_problems
 
 GOOD = {
     "system": "Linux", "service_mgr": "systemd", "distribution": "Debian", "distribution_major_version": "12",
@@ -48,3 +48,20 @@ def test_an_untested_distribution_is_a_note_naming_the_tested_ones():
     note = os_untested("n3", {**GOOD, "distribution": "Ubuntu", "distribution_major_version": "24"})
     assert note.startswith("n3: preflight os: Ubuntu 24 is not among the tested node OSes")
     assert TESTED_TEXT in note and "Debian 12 (bookworm)" in TESTED_TEXT and "Debian 13 (trixie)" in TESTED_TEXT
+
+
+def test_no_compiler_where_listeners_are_confined_names_the_ports_and_the_way_out():
+    assert compiler_problems("n1", "", None) == []  # nothing confined: no compiler needed
+    assert compiler_problems("n1", "6379,29500", "/usr/bin/cc") == []
+    (msg,) = compiler_problems("n1", "6379,29500", None)
+    assert msg.startswith("n1: preflight bindto.compiler: expected a C compiler (cc, gcc or clang)")
+    assert "binds port(s) 6379,29500 to the cluster address, found none." in msg
+    assert "llmb_confine_listeners: false" in msg
+
+
+def test_preflight_problems_are_the_os_then_the_compiler_and_no_driver_check_without_a_query():
+    facts = {**GOOD, "service_mgr": "openrc"}
+    problems = preflight_problems("n4", facts, engine="vllm", version="0.0.0-unknown", vendor="nvidia",
+                                  driver_query=None, confined="6379", compiler=None)
+    assert [p.split(":")[1].strip() for p in problems] == ["preflight systemd", "preflight bindto.compiler"]
+    assert preflight_problems("n4", GOOD) == []

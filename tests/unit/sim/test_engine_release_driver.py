@@ -112,5 +112,24 @@ def test_driver_checks_run_before_anything_is_downloaded():
     order = [Path(s).stem for s in stages]
     assert order.index("preflight") < order.index("verify") < order.index("engine") < order.index("weights")
     text = (REPO / "playbooks" / "preflight.yml").read_text()
-    assert "--query-gpu=driver_version" in text and "llmb_engine_driver_finding" in text
-    assert "llmb_finding_line(inventory_hostname, 'preflight engine.driver')" in text
+    assert "llmb_preflight:" in text and "vendor: \"{{ llmb_deployment.platform.vendor" in text
+    module = (REPO / "plugins" / "modules" / "llmb_preflight.py").read_text()
+    assert '"--query-gpu=driver_version", "--format=csv,noheader"' in module
+
+
+def test_preflight_driver_problem_is_verifys_finding_named_for_preflight(node, tmp_path):
+    """llmbctl.nodeos.driver_problems (preflight's judgement, llmb_preflight action): the same finding as
+    the filter above, one line naming host, check, expected and found; nothing where it does not apply."""
+    from llmbctl.nodeos import driver_problems
+
+    node.use("h100-x1")
+    node.fault("driver_version", "version=570.148.08")
+    out = node.out("nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader")
+    data = str(_catalog(tmp_path).root)
+    (line,) = driver_problems("gpu-1", out, "vllm", "0.23.0", "nvidia", data)
+    assert line.startswith("gpu-1: preflight engine.driver: expected NVIDIA driver >= 580.65.06 for vllm 0.23.0")
+    assert "found 570.148.08" in line
+    assert driver_problems("gpu-1", out, "vllm", "0.19.1", "nvidia", data) == []  # CUDA 12: 570 runs it
+    assert driver_problems("gpu-1", out, "vllm", "0.23.0", "amd", data) == []
+    (none,) = driver_problems("gpu-1", "", "vllm", "0.23.0", "nvidia", data)  # no nvidia-smi output
+    assert "found not reported" in none

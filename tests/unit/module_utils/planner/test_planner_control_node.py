@@ -81,6 +81,10 @@ def test_the_report_expects_of_the_control_node_what_runs_there():
     got = expected_results(doc, stages, {})
     assert sorted(s for s, h in got if h == CTL) == ["accuracy", "bench", "engine", "serve"]
     assert sorted(s for s, h in got if h == "gpu-h200-01") == ["engine", "serve", "ssh_mesh", "verify", "weights"]
+    # the bench and accuracy plays' hosts (stage 0's group llmb_api_hosts) are the ones the report expects
+    from llmb.report import api_hosts
+
+    assert api_hosts(doc) == [CTL] == sorted({h for s, h in got if s in ("bench", "accuracy")})
 
 
 @pytest.mark.parametrize("change,check,needle", [
@@ -106,19 +110,23 @@ def test_a_control_node_the_plan_cannot_use_is_refused(change, check, needle):
 
 
 def test_the_stages_that_run_on_the_control_node_target_the_deployments_hosts():
-    """engine, serve, bench, accuracy and preflight's node play run on llmb_hosts (stage 0 adds every host of
-    the deployment to it); verify, weights, ssh_mesh and collect stay on accel_nodes."""
+    """engine, serve and preflight's node play run on llmb_hosts (stage 0 adds every host of the deployment
+    to it), bench and accuracy on llmb_api_hosts (the hosts whose plan serves an API: a control node's
+    router, for one); verify, weights, ssh_mesh and collect stay on accel_nodes."""
     run = yaml.safe_load((REPO / "playbooks/_run.yml").read_text())
     add = [t for t in run[0]["tasks"] if "ansible.builtin.add_host" in t]
-    assert [t["ansible.builtin.add_host"]["groups"] for t in add] == ["llmb_hosts"]
+    assert [t["ansible.builtin.add_host"]["groups"] for t in add] == ["llmb_hosts", "llmb_api_hosts"]
     assert "llmb_deployment_doc.hosts" in add[0]["loop"]
+    assert add[1]["loop"] == "{{ llmb_deployment_doc | llmb_api_hosts }}"
     targets: dict[str, set] = {}
     for pb in Path(REPO / "playbooks").glob("*.yml"):
         for play in yaml.safe_load(pb.read_text()) or []:
             if isinstance(play, dict) and "hosts" in play:
                 targets.setdefault(pb.name, set()).add(play["hosts"])
-    for name in ("engine.yml", "serve.yml", "bench.yml", "accuracy.yml"):
+    for name in ("engine.yml", "serve.yml"):
         assert targets[name] == {"llmb_hosts"}, name
+    for name in ("bench.yml", "accuracy.yml"):
+        assert targets[name] == {"llmb_api_hosts"}, name
     assert "llmb_hosts" in targets["preflight.yml"]
     for name in ("verify.yml", "weights.yml", "ssh_mesh.yml", "collect.yml"):
         assert "llmb_hosts" not in targets[name] and "accel_nodes" in targets[name], name
