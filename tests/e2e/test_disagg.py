@@ -28,6 +28,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from conftest import SIM, sim_inventory
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -94,6 +95,21 @@ def pd_wheels(packages: list[str]) -> Path:
                             "--python-version", "3.11", "--implementation", "cp", "--platform", "manylinux2014_x86_64",
                             "--only-binary=:all:", req], check=True, timeout=600)
     return target
+
+
+def pd_cluster(name: str, regroup, where: Path) -> tuple[Path, dict, Path]:
+    """A 3-node simulated cluster ``name`` (reused as it is with LLMB_E2E_REUSE=1), its hosts regrouped by
+    ``regroup(sim_hosts, where)`` into a prefill/decode inventory, the deployment document stage 0 writes
+    for it, and the wheels its planned packages need (pd_wheels)."""
+    if not (os.environ.get("LLMB_E2E_REUSE") == "1" and (ROOT / ".cache/sim" / name / "hosts.yml").exists()):
+        subprocess.run([SIM, "up", "--name", name, "--nodes", "3", "--profile", "h800-hgx8", "--engine-double",
+                        "--vars-from", str(ROOT / "inventories/sim"), "--login", "sudo"], check=True)
+    inv = regroup(sim_inventory(name), where)
+    out = subprocess.run([str(ROOT / "scripts/launch-plan"), "-i", str(inv), "--deployment"],
+                         capture_output=True, text=True, check=False)
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    return inv, doc, pd_wheels(list(dict.fromkeys(p for h in doc["hosts"].values() for p in h["packages"])))
 
 
 def would_install(out: str) -> list[tuple[str, str]]:

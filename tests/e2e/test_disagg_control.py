@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import KEEP, SIM, sim_inventory
+from conftest import KEEP, SIM
 from perf_common import run_playbook
-from test_disagg import MODEL_DIR, NODE_DIR, PD_VARS, WHEELHOUSE, chat, pd_wheels
+from test_disagg import MODEL_DIR, NODE_DIR, PD_VARS, WHEELHOUSE, chat, pd_cluster
 
 ROOT = Path(__file__).resolve().parents[2]
 NAME = os.environ.get("LLMB_E2E_CTL_CLUSTER", "e2e-ctl")
@@ -58,15 +58,7 @@ def playbook(inv: Path, log_dir: Path, run_id: str, name: str, *args: str):
 @pytest.fixture(scope="module")
 def ctl(tmp_path_factory):
     t0 = time.monotonic()
-    if not (os.environ.get("LLMB_E2E_REUSE") == "1" and (ROOT / ".cache/sim" / NAME / "hosts.yml").exists()):
-        subprocess.run([SIM, "up", "--name", NAME, "--nodes", "3", "--profile", "h800-hgx8", "--engine-double",
-                        "--vars-from", str(ROOT / "inventories/sim"), "--login", "sudo"], check=True)
-    inv = control_inventory(sim_inventory(NAME), tmp_path_factory.mktemp("ctl-inventory"))
-    out = subprocess.run([str(ROOT / "scripts/launch-plan"), "-i", str(inv), "--deployment"],
-                         capture_output=True, text=True, check=False)
-    assert out.returncode == 0, out.stderr
-    doc = json.loads(out.stdout)
-    wheels = pd_wheels(list(dict.fromkeys(p for h in doc["hosts"].values() for p in h["packages"])))
+    inv, doc, wheels = pd_cluster(NAME, control_inventory, tmp_path_factory.mktemp("ctl-inventory"))
     venv = doc["engine"]["venv"]
     for n in UNITS:
         node(n, "rm", "-rf", NODE_DIR, venv)

@@ -27,9 +27,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import KEEP, SIM, sim_inventory
+from conftest import KEEP, SIM
 from perf_common import run_playbook
-from test_disagg import MODEL_DIR, NODE_DIR, PD_VARS, WHEELHOUSE, pd_wheels
+from test_disagg import MODEL_DIR, NODE_DIR, PD_VARS, WHEELHOUSE, pd_cluster
 
 ROOT = Path(__file__).resolve().parents[2]
 NAME = os.environ.get("LLMB_E2E_DRAIN_CLUSTER", "e2e-drain")
@@ -82,15 +82,7 @@ def drain_inventory(sim_hosts: Path, where: Path) -> Path:
 @pytest.fixture(scope="module")
 def drain(tmp_path_factory):
     t0 = time.monotonic()
-    if not (os.environ.get("LLMB_E2E_REUSE") == "1" and (ROOT / ".cache/sim" / NAME / "hosts.yml").exists()):
-        subprocess.run([SIM, "up", "--name", NAME, "--nodes", "3", "--profile", "h800-hgx8", "--engine-double",
-                        "--vars-from", str(ROOT / "inventories/sim"), "--login", "sudo"], check=True)
-    inv = drain_inventory(sim_inventory(NAME), tmp_path_factory.mktemp("drain-inventory"))
-    out = subprocess.run([str(ROOT / "scripts/launch-plan"), "-i", str(inv), "--deployment"],
-                         capture_output=True, text=True, check=False)
-    assert out.returncode == 0, out.stderr
-    doc = json.loads(out.stdout)
-    wheels = pd_wheels(list(dict.fromkeys(p for h in doc["hosts"].values() for p in h["packages"])))
+    inv, doc, wheels = pd_cluster(NAME, drain_inventory, tmp_path_factory.mktemp("drain-inventory"))
     venv = doc["engine"]["venv"]
     config = {"model_type": "kimi_k2", "architectures": ["DeepseekV3ForCausalLM"], "max_position_embeddings": 4096}
     for n, units in UNITS.items():

@@ -225,10 +225,15 @@ def _serve(deployment: dict | None, serve: dict[str, dict]) -> dict:
     return {"start_order": order, "healthy": healthy}
 
 
+def _cache_note(compile_cache: Any) -> str:
+    """' (compile cache cold)' after a time to healthy; nothing for a record without a cache state."""
+    return f" (compile cache {compile_cache})" if compile_cache else ""
+
+
 def healthy_text(waited_s: Any, compile_cache: Any = None) -> str:
     """'healthy after 124.6 s (compile cache cold)'; without a cache state (an older record), the time alone."""
     text = f"healthy after {_fmt_s(waited_s)}" if waited_s is not None else "healthy (time not recorded)"
-    return text + (f" (compile cache {compile_cache})" if compile_cache else "")
+    return text + _cache_note(compile_cache)
 
 
 def healthy_lines(sv: dict) -> list[str]:
@@ -612,9 +617,7 @@ def render_html(rep: dict) -> str:
         waits = {(h, r["service"]): r for h, rs in sv["healthy"].items() for r in rs}
         for r in sv["start_order"]:
             w = waits.get((r["host"], r["service"])) or {}
-            t = _fmt_s(w["waited_s"]) if w.get("waited_s") is not None else None
-            if t and w.get("compile_cache"):
-                t += f" (compile cache {w['compile_cache']})"
+            t = _fmt_s(w["waited_s"]) + _cache_note(w.get("compile_cache")) if w.get("waited_s") is not None else None
             p.append(f"<tr><td>{_e(r['order'])}</td><td>{_e(r['host'])}</td><td>{_e(r['service'])}</td>"
                      f"<td>{_e(r['kind'])}</td><td>{_e(t)}</td></tr>")
         p.append("</table>")
