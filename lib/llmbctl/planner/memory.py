@@ -53,6 +53,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from ..catalog import version_key
 from ..engines.registry import engine_caps
 from .model import Problem
 
@@ -444,21 +445,13 @@ VLLM_HYBRID_RULES: tuple[tuple[str, dict[str, Any]], ...] = (
 )
 
 
-def _release_key(release: str | None) -> tuple[int, ...]:
-    parts = []
-    for piece in str(release or "").split(".")[:3]:
-        digits = "".join(ch for ch in piece if ch.isdigit()) if piece[:1].isdigit() else ""
-        parts.append(int(digits[:6]) if digits else 0)
-    return tuple(parts)
-
-
 def vllm_hybrid_rules(release: str | None) -> dict[str, Any]:
     """The hybrid-cache rules of a vLLM release (VLLM_HYBRID_RULES); unknown: the newest."""
     if not release:
         return dict(VLLM_HYBRID_RULES[-1][1])
-    key, chosen = _release_key(release), VLLM_HYBRID_RULES[0][1]
+    key, chosen = version_key(release), VLLM_HYBRID_RULES[0][1]
     for first, rules in VLLM_HYBRID_RULES:
-        if key >= _release_key(first):
+        if key >= version_key(first):
             chosen = rules
     return dict(chosen)
 
