@@ -47,6 +47,11 @@ def test_get_load_counts_the_requests_running_and_streams_finish(monkeypatch):
         assert load[0]["num_reqs"] == 4 and load[0]["num_waiting_reqs"] == 0, load
         assert got["succeeded"] == 4 and got["failed"] == 0 and got["output_token_throughput"] > 0, got
         assert got["latency_mean_s"] >= 0.6  # the stream lasted the request's time
+        # the handler leaves the count once it has written the stream's end, a moment after the client
+        # read [DONE]: the drain polls /get_load the same way until it reads 0
+        deadline = time.monotonic() + 5
+        while json.loads(_get(base + "/get_load")[1])[0]["num_reqs"] != 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
         assert json.loads(_get(base + "/get_load")[1])[0]["num_reqs"] == 0
     finally:
         srv.httpd.shutdown()
