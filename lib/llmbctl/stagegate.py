@@ -170,6 +170,43 @@ def watch(doc: Mapping[str, Any], host: str, stage: str) -> dict[str, list]:
     return {k: v for k, v in w.items() if v}
 
 
+def specs(doc: Mapping[str, Any], host: str, hostvars: Mapping[str, Any], stages: tuple[str, ...] = STAGES,
+          root: Path = ROOT) -> dict[str, dict[str, Any]]:
+    """Every gated stage's digest and watch for ``host``: site.yml's one check_all call per host, right
+    after stage 0 (playbooks/_gates.yml), asks the node for all of them at once."""
+    return {s: {"digest": digest(doc, host, s, hostvars, root), "watch": watch(doc, host, s)} for s in stages}
+
+
+def prefetched(gates: Any, stage: str, acted: Any, digest_now: str) -> dict[str, Any]:
+    """The verdict of this run's one check_all call (``gates``: its registered result on the host) that
+    the stage may use instead of asking the node again, or {} (ask the node, as a single-stage run does).
+
+    The verdict holds for the inputs it was asked with: a digest other than the stage's own now (a
+    variable set by an earlier stage of the run, say) asks the node again.
+
+    A verdict is only as fresh as the node it was read from: once an earlier gated stage ran in full on
+    the host in this run (``acted``: those stages, in the order of STAGES), what it did may change what a
+    later stage finds (the engine reinstalled: serve's units restarted, its record's observations stale),
+    so every later stage asks the node again. A skipped or failed call, a verdict missing or malformed:
+    {} too."""
+    _stage(stage)
+    if not isinstance(acted, (list, tuple)):
+        raise StageGateError(f"acted: expected the list of stages that ran in full, found {acted!r:.80}")
+    unknown = [a for a in acted if a not in STAGES]
+    if unknown:
+        raise StageGateError(f"acted: unknown stage(s) {', '.join(map(str, unknown))}")
+    if any(STAGES.index(a) < STAGES.index(stage) for a in acted):
+        return {}
+    if not isinstance(gates, Mapping) or gates.get("skipped") or gates.get("failed"):
+        return {}
+    verdict = (gates.get("verdicts") or {}).get(stage) if isinstance(gates.get("verdicts"), Mapping) else None
+    if not isinstance(verdict, Mapping) or not isinstance(verdict.get("converged"), bool) \
+            or not isinstance(verdict.get("differs"), list) or verdict.get("digest") != digest_now:
+        return {}
+    return {"converged": verdict["converged"], "differs": list(verdict["differs"]),
+            "record": verdict.get("record"), "prefetched": True}
+
+
 def shell_reader(w: Mapping[str, list]) -> str:
     """A POSIX shell command that reads the same state as the watch (the benchmark's SSH loop,
     tests/perf/bench_rerun.py): the limit the module call is measured against."""

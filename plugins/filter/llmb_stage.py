@@ -21,7 +21,12 @@ def llmb_stage_watch(doc, host, stage):
     return stagegate.watch(dict(doc), str(host), str(stage))
 
 
+def llmb_stage_specs(doc, host, hostvars):
+    """Every gated stage's digest and watch for the host (site.yml's one check_all call per host)."""
+    return stagegate.specs(dict(doc), str(host), hostvars)
+
+
 class FilterModule:
     def filters(self):
-        return reraise_each((llmb_stage_digest, llmb_stage_watch), stagegate.StageGateError, AnsibleFilterError,
+        return reraise_each((llmb_stage_digest, llmb_stage_watch, llmb_stage_specs), stagegate.StageGateError, AnsibleFilterError,
                             "stage gate: ")

@@ -13,10 +13,13 @@ description:
   - C(record) writes the record after the stage converged (I(digest) and what is observed now). The
     record is the toolkit's own bookkeeping, never reported as a change; nothing is written in check mode.
 options:
-  action: {description: check or record., type: str, required: true, choices: [check, record]}
-  stage: {description: The stage's name (engine, weights, ssh_mesh, serve)., type: str, required: true}
-  digest: {description: Digest of the stage's inputs for this host (llmb_stage_digest)., type: str, required: true}
-  watch: {description: "What to observe (llmb_stage_watch): hash, stat, names (glob patterns), units, tcp, http, commands.", type: dict, required: true}
+  action: {description: "check, record, or check_all (several stages' checks in one call: I(stages)).", type: str, required: true, choices: [check, record, check_all]}
+  stage: {description: The stage's name (engine, weights, ssh_mesh, serve); check and record., type: str}
+  digest: {description: Digest of the stage's inputs for this host (llmb_stage_digest); check and record., type: str}
+  watch: {description: "What to observe (llmb_stage_watch): hash, stat, names (glob patterns), units, tcp, http, commands; check and record.", type: dict}
+  stages: {description: "check_all: {stage: {digest, watch}} (llmb_stage_specs).", type: dict}
+  gates: {description: "check: this run's check_all result on the host (site.yml); the action plugin returns the stage's verdict from it without asking the node while it holds (llmbctl.stagegate.prefetched).", type: dict}
+  acted: {description: "check, with gates: the gated stages that ran in full on the host in this run.", type: list, elements: str}
   state_dir: {description: The toolkit's state directory on the node (the document's dirs.state)., type: path, required: true}
 attributes:
   check_mode: {support: full, description: check reads only; record writes nothing in check mode.}
@@ -36,6 +39,8 @@ EXAMPLES = r"""
 RETURN = r"""
 converged: {description: The digest and the observed state are those recorded (check)., type: bool, returned: check}
 differs: {description: Why the stage has something to do (check)., type: list, returned: check}
+verdicts: {description: "{stage: {converged, differs, record, digest}} (check_all).", type: dict, returned: check_all}
+prefetched: {description: The verdict came from this run's check_all (gates) and the node was not asked again., type: bool, returned: check with gates}
 record: {description: The record's path on the node., type: str, returned: always}
 """
 
@@ -46,15 +51,24 @@ from ansible.module_utils.llmb import fsutil, stagegate  # noqa: E402
 def main():
     m = AnsibleModule(
         argument_spec=dict(
-            action=dict(type="str", required=True, choices=["check", "record"]),
-            stage=dict(type="str", required=True),
-            digest=dict(type="str", required=True, no_log=False),
-            watch=dict(type="dict", required=True),
+            action=dict(type="str", required=True, choices=["check", "record", "check_all"]),
+            stage=dict(type="str"),
+            digest=dict(type="str", no_log=False),
+            watch=dict(type="dict"),
+            stages=dict(type="dict"),
             state_dir=dict(type="path", required=True),
         ),
+        required_if=[("action", "check", ("stage", "digest", "watch")), ("action", "record", ("stage", "digest", "watch")),
+                     ("action", "check_all", ("stages",))],
         supports_check_mode=True,
     )
     p = m.params
+    if p["action"] == "check_all":
+        try:
+            verdicts = stagegate.check_all(p["state_dir"], p["stages"])
+        except stagegate.GateError as err:
+            m.fail_json(msg=f"llmb_stage_gate check_all: {err}")
+        m.exit_json(changed=False, verdicts=verdicts)
     try:
         path = stagegate.record_path(p["state_dir"], p["stage"])
         seen = stagegate.observe(p["watch"])

@@ -25,6 +25,8 @@ BECOME_PLAYS = {
     ("playbooks/weights.yml", "Weights - download once, verify, fan out, patch config.json"),
     ("playbooks/ssh_mesh.yml", "Access - SSH mesh between the accelerator nodes"),
     ("playbooks/serve.yml", "Serve the model"),
+    # site.yml's one gate call per host reads what the four stages above wrote as root (dirs.state, units)
+    ("playbooks/_gates.yml", "The gated stages' fast path - one call per host for all of them"),
     # the SSH mesh mpirun uses is root's (/etc/llmb/ssh-mesh, 0700): the fabric tests, nothing else of verify
     ("playbooks/verify.yml", FABRIC_PLAY),
     # day two (docs/day-two.md): status reads root's units and docker; stop/start drive the units

@@ -20,6 +20,8 @@ def test_site_yml_runs_the_table_in_order():
     plays = yaml.safe_load((REPO / "site.yml").read_text())
     seen = []
     for play in plays:
+        if play["ansible.builtin.import_playbook"] == "playbooks/_gates.yml":  # not a stage: the gates' one call
+            continue
         m = re.fullmatch(r"Stage (\d+) - (.+)", play["name"])
         assert m, play["name"]
         seen.append((int(m.group(1)), m.group(2), "playbooks/" + Path(play["ansible.builtin.import_playbook"]).name))

@@ -214,3 +214,21 @@ def load(path: str) -> Any:
 
 def make_record(stage: str, digest: str, seen: dict) -> dict[str, Any]:
     return {"schema": SCHEMA, "stage": stage, "digest": digest, "seen": seen}
+
+
+def check_all(state_dir: str, specs: Any, observe_fn: Callable[[dict], dict] = observe) -> dict[str, dict]:
+    """Several stages' checks in one call (site.yml asks once per host for every gated stage, right
+    after stage 0): ``specs`` is {stage: {"digest": ..., "watch": ...}}; the answer is
+    {stage: {"converged": bool, "differs": [...], "record": path, "digest": the digest asked with}},
+    each as one ``check`` would say."""
+    if not isinstance(specs, dict) or not specs:
+        raise GateError(f"stages: expected a mapping of stage to its digest and watch, found {specs!r:.80}")
+    verdicts: dict[str, dict] = {}
+    for stage in sorted(specs):
+        spec = specs[stage]
+        if not isinstance(spec, dict) or not isinstance(spec.get("digest"), str) or "watch" not in spec:
+            raise GateError(f"stages.{stage}: expected {{digest: <str>, watch: <mapping>}}, found {spec!r:.80}")
+        path = record_path(state_dir, stage)
+        differs = differences(load(path), spec["digest"], observe_fn(spec["watch"]))
+        verdicts[stage] = {"converged": not differs, "differs": differs, "record": path, "digest": spec["digest"]}
+    return verdicts

@@ -222,3 +222,97 @@ def test_the_benchmarks_shell_reader_reads_the_same_files(tmp_path):
     out = subprocess.run(["sh", "-c", ctl.shell_reader({k: w[k] for k in ("hash", "stat", "names")})],
                          capture_output=True, text=True, check=True).stdout
     assert "llmb-a.service" in out and "llmb-b.service" in out and "shard-1.safetensors" in out
+
+
+# -- site.yml's one call per host for every gated stage (check_all) and which verdicts a stage may reuse
+
+
+def test_check_all_says_what_each_single_check_says(tmp_path):
+    (tmp_path / "etc").mkdir()
+    (tmp_path / "etc/a").write_text("a\n")
+    state = str(tmp_path / "state")
+    w = {"hash": [f"{tmp_path}/etc/*"]}
+    os.makedirs(os.path.dirname(node.record_path(state, "engine")))
+    with open(node.record_path(state, "engine"), "w") as fh:
+        json.dump(node.make_record("engine", "sha256:e", node.observe(w)), fh)
+    specs = {"engine": {"digest": "sha256:e", "watch": w}, "serve": {"digest": "sha256:s", "watch": w}}
+    got = node.check_all(state, specs)
+    assert got["engine"] == {"converged": True, "differs": [], "record": node.record_path(state, "engine"),
+                             "digest": "sha256:e"}
+    assert got["serve"]["converged"] is False and got["serve"]["digest"] == "sha256:s"
+    assert got["serve"]["differs"] == node.differences(None, "sha256:s", node.observe(w))
+    (tmp_path / "etc/a").write_text("edited\n")
+    again = node.check_all(state, specs)["engine"]
+    assert again["converged"] is False and any("etc/a" in d for d in again["differs"]), again
+
+
+@pytest.mark.parametrize("specs, msg", [
+    ({}, "stages: expected a mapping"),
+    ({"engine": {"watch": {}}}, "stages.engine: expected {digest"),
+    ({"engine": {"digest": "sha256:e", "watch": {"files": []}}}, "watch: unknown key(s) files"),
+    ({"../x": {"digest": "sha256:e", "watch": {}}}, "stage: expected a stage name"),
+])
+def test_check_all_refuses_a_bad_spec(tmp_path, specs, msg):
+    with pytest.raises(node.GateError, match=None) as err:
+        node.check_all(str(tmp_path), specs)
+    assert msg in str(err.value)
+
+
+def test_specs_are_each_stages_digest_and_watch():
+    hv = {"llmb_x": 1}
+    got = ctl.specs(DOC, "n1", hv)
+    assert sorted(got) == sorted(ctl.STAGES)
+    for s in ctl.STAGES:
+        assert got[s] == {"digest": ctl.digest(DOC, "n1", s, hv), "watch": ctl.watch(DOC, "n1", s)}
+
+
+def _gates(**converged):
+    return {"changed": False, "verdicts": {s: {"converged": c, "differs": [] if c else ["x"], "record": f"/r/{s}",
+                                                "digest": f"sha256:{s}"} for s, c in converged.items()}}
+
+
+ALL = dict(engine=True, weights=True, ssh_mesh=True, serve=True)
+
+
+def test_prefetched_verdict_is_used_while_no_earlier_stage_acted():
+    g = _gates(**{**ALL, "weights": False})
+    for s in ctl.STAGES:
+        v = ctl.prefetched(g, s, [], f"sha256:{s}")
+        assert v["prefetched"] is True and v["converged"] is (s != "weights") and v["record"] == f"/r/{s}"
+
+
+@pytest.mark.parametrize("acted, stage, fresh", [
+    (["engine"], "engine", True),        # a stage's own run does not stale its own verdict
+    (["engine"], "weights", False),      # the engine reinstalled: every later stage asks the node
+    (["engine"], "serve", False),
+    (["weights"], "engine", True),       # a later stage acting says nothing of an earlier one
+    (["weights"], "ssh_mesh", False),
+    (["ssh_mesh"], "serve", False),
+    (["weights", "ssh_mesh"], "serve", False),
+    ([], "serve", True),
+])
+def test_an_earlier_stage_that_acted_stales_every_later_verdict(acted, stage, fresh):
+    v = ctl.prefetched(_gates(**ALL), stage, acted, f"sha256:{stage}")
+    assert bool(v) is fresh
+
+
+def test_another_digest_now_asks_the_node_again():
+    assert ctl.prefetched(_gates(**ALL), "serve", [], "sha256:other") == {}
+
+
+@pytest.mark.parametrize("gates", [
+    None, {}, {"skipped": True, "changed": False}, {"failed": True, "verdicts": _gates(**ALL)["verdicts"]},
+    {"verdicts": {}}, {"verdicts": {"serve": {"converged": "yes", "differs": [], "digest": "sha256:serve"}}},
+    {"verdicts": {"serve": {"converged": True, "digest": "sha256:serve"}}}, {"verdicts": ["serve"]},
+])
+def test_no_usable_verdict_asks_the_node(gates):
+    assert ctl.prefetched(gates, "serve", [], "sha256:serve") == {}
+
+
+def test_prefetched_refuses_unknown_stages():
+    with pytest.raises(ctl.StageGateError, match="stage: expected one of"):
+        ctl.prefetched(_gates(**ALL), "bench", [], "sha256:bench")
+    with pytest.raises(ctl.StageGateError, match="acted: unknown stage"):
+        ctl.prefetched(_gates(**ALL), "serve", ["verify"], "sha256:serve")
+    with pytest.raises(ctl.StageGateError, match="acted: expected the list"):
+        ctl.prefetched(_gates(**ALL), "serve", "engine", "sha256:serve")

@@ -49,3 +49,25 @@ def test_bad_watch_fails_naming_the_key(tmp_path, monkeypatch, capsys):
     args["watch"] = {"files": ["/x"]}
     out = run_module("llmb_stage_gate", args, monkeypatch, capsys)
     assert out["failed"] is True and "llmb_stage_gate ssh_mesh: watch: unknown key(s) files" in out["msg"]
+
+
+def test_check_all_answers_every_stage_in_one_call(tmp_path, monkeypatch, capsys):
+    (tmp_path / "etc").mkdir()
+    (tmp_path / "etc/known_hosts").write_text("a\n")
+    run_module("llmb_stage_gate", _args(tmp_path, "record"), monkeypatch, capsys)
+    w = {"hash": [f"{tmp_path}/etc/*"]}
+    out = run_module("llmb_stage_gate", {"action": "check_all", "state_dir": str(tmp_path / "state"),
+                                         "stages": {"ssh_mesh": {"digest": "sha256:d1", "watch": w},
+                                                    "serve": {"digest": "sha256:s", "watch": w}}},
+                     monkeypatch, capsys)
+    assert out["changed"] is False
+    assert out["verdicts"]["ssh_mesh"]["converged"] is True and out["verdicts"]["ssh_mesh"]["digest"] == "sha256:d1"
+    assert out["verdicts"]["serve"]["converged"] is False
+
+
+def test_check_all_needs_stages_and_check_needs_a_digest(tmp_path, monkeypatch, capsys):
+    out = run_module("llmb_stage_gate", {"action": "check_all", "state_dir": str(tmp_path)}, monkeypatch, capsys)
+    assert out["failed"] is True and "stages" in out["msg"]
+    out = run_module("llmb_stage_gate", {"action": "check", "stage": "serve", "watch": {}, "state_dir": str(tmp_path)},
+                     monkeypatch, capsys)
+    assert out["failed"] is True and "digest" in out["msg"]
