@@ -8,11 +8,20 @@ import hashlib
 import http.server
 import json
 import os
+import sys
 import threading
 
+import llmb
 import llmb.compile_cache as cc
+import llmb.weights
 import pytest
-from llmb.weights import peer
+from llmb.weights import peer, relay
+
+for _name, _mod in (("", llmb), (".compile_cache", cc), (".weights", llmb.weights), (".weights.peer", peer),
+                    (".weights.relay", relay)):
+    sys.modules.setdefault("ansible.module_utils.llmb" + _name, _mod)
+
+from module_runner import run_module  # noqa: E402
 
 
 @pytest.fixture
@@ -111,3 +120,41 @@ def test_a_warm_cache_is_not_overwritten(warm, server):
 def test_a_bad_manifest_names_the_entry(files, word):
     with pytest.raises(ValueError, match=word):
         cc.check_manifest(files)
+
+
+def test_the_module_serves_receives_and_stops(warm, server, tmp_path, monkeypatch, capsys):
+    started, stopped = [], []
+    monkeypatch.setattr(relay, "start", lambda port, addr, d, unit, timeout: started.append((port, addr, d, unit)))
+    monkeypatch.setattr(relay, "stop", lambda unit: stopped.append(unit))
+    sent = run_module("llmb_compile_cache_peer", {"state": "serving", "dirs": {"llmb-vllm": str(warm)},
+                                                  "address": "10.0.0.1", "port": 18190, "host": "n1"}, monkeypatch, capsys)
+    man = sent["manifests"]["llmb-vllm"]
+    assert started == [(18190, "10.0.0.1", str(warm), "llmb-cache-relay-llmb-vllm")]
+    assert man["url"] == "http://10.0.0.1:18190" and man["unservable"] == [] and len(man["files"]) == 2
+    cold = tmp_path / "n2" / "llmb-vllm"
+    job = {"cache_dir": str(cold), "url": server, "source": "n1", "digest": "e" * 64, "files": man["files"]}
+    got = run_module("llmb_compile_cache_peer", {"state": "received", "receive": {"llmb-vllm": job}, "host": "n2"},
+                     monkeypatch, capsys)
+    assert got["changed"] is True and got["received"]["llmb-vllm"]["manifest_sha256"] == man["manifest_sha256"]
+    assert cc.classify(str(cold)) == "peer"
+    again = run_module("llmb_compile_cache_peer", {"state": "received", "receive": {"llmb-vllm": job}, "host": "n2"},
+                       monkeypatch, capsys)
+    assert again["failed"] is True and again["msg"].startswith("n2: ") and "expected a cold cache" in again["msg"]
+    run_module("llmb_compile_cache_peer", {"state": "stopped", "dirs": {"llmb-vllm": str(warm)}, "host": "n1"}, monkeypatch, capsys)
+    assert stopped == ["llmb-cache-relay-llmb-vllm"]
+
+
+def test_the_module_does_not_serve_a_private_cache(warm, monkeypatch, capsys):
+    (warm / "triton" / "k.cubin").chmod(0o600)
+    monkeypatch.setattr(relay, "start", lambda *a, **k: pytest.fail("served a cache others cannot read"))
+    sent = run_module("llmb_compile_cache_peer", {"state": "serving", "dirs": {"llmb-vllm": str(warm)},
+                                                  "address": "10.0.0.1", "host": "n1"}, monkeypatch, capsys)
+    assert sent["changed"] is False and "mode 0600" in sent["manifests"]["llmb-vllm"]["unservable"][0]
+
+
+def test_the_module_refuses_a_bad_receive(tmp_path, monkeypatch, capsys):
+    job = {"cache_dir": str(tmp_path / "c"), "url": "file:///etc", "source": "n1", "digest": "e" * 64,
+           "files": [{"path": "x", "size": 1, "sha256": "a" * 64}]}
+    bad = run_module("llmb_compile_cache_peer", {"state": "received", "receive": {"llmb-vllm": job}, "host": "n2"},
+                     monkeypatch, capsys)
+    assert bad["failed"] is True and bad["msg"].startswith("n2: receive[llmb-vllm].url")
