@@ -55,9 +55,13 @@ def test_the_report_says_peer_for_a_cache_filled_in_this_run():
 
 def test_the_role_runs_nothing_more_on_a_converged_host():
     tasks = yaml.safe_load((REPO / "roles/serve/tasks/install.yml").read_text())
-    block = next(t for t in tasks if "block" in t and any("llmb_compile_cache_peer" in b for b in t["block"]))
-    assert "serve_compile_cache_from_peer" in block["when"]
-    # every call only on a host the plan names (a converged run names none)
-    for t in block["block"] + block["always"]:
-        assert t["when"].startswith("inventory_hostname in _serve_cache_peers.")
-    assert [t["llmb_compile_cache_peer"]["state"] for t in block["block"] + block["always"]] == ["serving", "received", "stopped"]
+    inc = next(t for t in tasks if "ansible.builtin.include_tasks" in t)
+    assert inc["ansible.builtin.include_tasks"]["file"] == "cache_peer.yml"
+    # included only where the peer plan names the host (a converged run names none) and the knob is on
+    assert inc["when"][0] == "serve_compile_cache_from_peer | bool"
+    assert "_serve_cache_peers.senders" in inc["when"][-1] and "_serve_cache_peers.receivers" in inc["when"][-1]
+    assert "llmb_compile_cache_peers" in inc["vars"]["_serve_cache_peers"]
+    (block,) = yaml.safe_load((REPO / "roles/serve/tasks/cache_peer.yml").read_text())
+    calls = block["block"] + block["always"]
+    assert [t["llmb_compile_cache_peer"]["state"] for t in calls] == ["serving", "received", "stopped"]
+    assert block["always"][0]["when"] == "inventory_hostname in _serve_cache_peers.senders"
