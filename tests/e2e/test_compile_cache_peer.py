@@ -3,6 +3,7 @@ nodes (vLLM's native multi-node launch: node rank 0 and a --headless rank 1, one
 per-node argv is left out). A warm cache planted on node1 and node2's emptied: the serve stage fills node2's
 from node1 through the relay (verified, marker last), the relay unit is gone after it, and a re-run copies
 nothing again.
+The stage must run for it: node2 plays a rebuilt node (its serve record removed with its cache).
 
 Run alone: LLMB_E2E_CLUSTER=peer23-e2e pytest tests/e2e/test_site.py::test_site_converges_all_stages \
     tests/e2e/test_compile_cache_peer.py
@@ -30,7 +31,9 @@ def test_a_cold_node_takes_the_warm_nodes_cache(cluster):
     cluster.node("node1", "mkdir", "-p", f"{CACHE}/torch_compile_cache/abc/rank_0_0")
     cluster.node("node1", "python3", "-c", f"open('{CACHE}/torch_compile_cache/abc/rank_0_0/k.bin', 'wb').write(bytes.fromhex('{KERNEL.hex()}'))")
     cluster.node("node1", "chmod", "-R", "u=rwX,go=rX", CACHE)
-    cluster.node("node2", "rm", "-rf", CACHE)
+    # node2 as a rebuilt node: no cache and no serve record (an emptied cache alone on a converged cluster
+    # is not seen: the serve stage's fast-path gate does not watch the cache)
+    cluster.node("node2", "rm", "-rf", CACHE, "/var/lib/llmb/stages/serve.json")
     _serve(cluster)
     marker = json.loads(cluster.node("node2", "cat", MARKER).stdout)
     assert marker["peer"] == "node1" and marker["files"] == 1 and marker["bytes"] == len(KERNEL)
