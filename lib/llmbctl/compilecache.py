@@ -13,7 +13,9 @@ The digest (``service_digest``) covers what decides what the engine compiles: th
 environment, with what differs per node left out because it changes no compiled kernel:
 
 - argv flags naming the node's place or address: PER_NODE_FLAGS (with their value) and --headless;
-- environment naming the node's address, network interface or GPU slice: PER_NODE_ENV.
+- environment naming the node's address, network interface or GPU slice: PER_NODE_ENV, any
+  ``*_SOCKET_IFNAME``, the llmb-bindto preload's ``LLMB_BIND_*`` and its library in ``LD_PRELOAD`` (set
+  only where a node binds a listener: rank 0's master port; found by the e2e on the native launch).
 
 The GPU model is not in the plan: a cache is only shared inside one inventory's accelerator group,
 whose nodes the hardware check holds to one profile. Senders are spread: the cold hosts of a service
@@ -27,6 +29,8 @@ from __future__ import annotations
 import hashlib
 import json
 
+from llmbctl.layout import BINDTO
+
 STATES = ("cold", "warm", "peer")
 # flags whose value is this node's rank or an address (the value follows as the next word or after '=')
 PER_NODE_FLAGS = frozenset({
@@ -39,6 +43,20 @@ PER_NODE_ENV = frozenset({
     "VLLM_HOST_IP", "SGLANG_HOST_IP", "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "NCCL_HOSTID",
     "CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "MASTER_ADDR", "NODE_RANK",
 })
+
+
+def common_env(env: dict) -> dict[str, str]:
+    """env less what is per node (see the module's docstring)."""
+    out = {}
+    for k, v in sorted(env.items()):
+        if k in PER_NODE_ENV or k.endswith("_SOCKET_IFNAME") or k.startswith("LLMB_BIND_"):
+            continue
+        if k == "LD_PRELOAD":
+            v = " ".join(w for w in str(v).replace(":", " ").split() if w != BINDTO)
+            if not v:
+                continue
+        out[k] = str(v)
+    return out
 
 
 class PeerPlanError(ValueError):
@@ -68,7 +86,7 @@ def service_digest(svc: dict) -> str:
         "name": svc.get("name"),
         "image": svc.get("image"),
         "argv": common_argv([str(w) for w in svc.get("argv") or []]),
-        "env": {k: str(v) for k, v in sorted((svc.get("env") or {}).items()) if k not in PER_NODE_ENV},
+        "env": common_env(svc.get("env") or {}),
         "cache_dir": svc.get("cache_dir"),
     }
     return hashlib.sha256(json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()).hexdigest()

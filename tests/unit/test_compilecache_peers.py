@@ -27,6 +27,14 @@ def test_per_node_argv_and_env_leave_the_digest_alone():
     assert service_digest(svc(rank=0)) == service_digest(svc(rank=3, addr="10.0.0.9"))
 
 
+def test_rank_0s_bindto_preload_and_interfaces_leave_the_digest_alone():
+    # what the e2e found on the native launch: only rank 0 binds a listener (the master port)
+    head = svc(env={"LD_PRELOAD": "/opt/llmb/lib/llmb-bindto.so", "LLMB_BIND_ADDRESS": "10.0.0.1",
+                    "LLMB_BIND_PORTS": "29501", "TP_SOCKET_IFNAME": "eth0"})
+    assert service_digest(head) == service_digest(svc(rank=1, addr="10.0.0.2", env={"TP_SOCKET_IFNAME": "eth1"}))
+    assert service_digest(svc(env={"LD_PRELOAD": "/opt/other.so"})) != service_digest(svc())
+
+
 def test_what_the_engine_compiles_changes_the_digest():
     base = service_digest(svc())
     assert service_digest(svc(extra=["--max-model-len", "8192"])) != base
