@@ -6,15 +6,29 @@ created when missing, and what it holds said in one word for the report's time t
 - ``peer``: files copied from another node's cache of the same service, which leaves PEER_MARKER (JSON
   naming the peer) in the directory.
 
-Stdlib only, python3 >= 3.9 (runs on the node inside llmb_compile_cache).
+A cold cache can be filled from a peer (llmb_compile_cache_peer): the sender lists its files
+(``manifest``: path, size, sha256; a cache with a link or a file the relay's unprivileged user cannot
+read is not offered, ``unservable`` says why) and serves the directory through the weights relay; the
+receiver (``receive``) pulls every file through the weights stage's verified fetch into a staging
+directory beside the cache (INCOMING_SUFFIX), writes PEER_MARKER there last, and only then renames the
+staging directory onto the cold cache. An interrupted copy leaves the cache cold, never ``warm`` (which
+would make it a sender) nor ``peer``.
+
+Stdlib only, python3 >= 3.9 (runs on the node inside llmb_compile_cache and llmb_compile_cache_peer).
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
+import shutil
+import stat
 
 STATES = ("cold", "warm", "peer")
 PEER_MARKER = ".llmb-cache-peer.json"
+INCOMING_SUFFIX = ".llmb-incoming"
+BUFSIZE = 4 * 1024 * 1024
 
 
 def _has_file(path: str) -> bool:
@@ -67,3 +81,108 @@ def prepare(dirs: object, mode: int = 0o755, check: bool = False) -> dict:
                 os.makedirs(path, mode=mode, exist_ok=True)
                 os.chmod(path, mode)
     return {"state": state, "created": created}
+
+
+def _sha256(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(BUFSIZE), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def manifest(path: str) -> dict:
+    """{"files": [{path, size, sha256}] (sorted, relative), "unservable": [reasons]} of the cache ``path``.
+    Unservable: a link (the relay would follow it out of the cache), a special file, or a file or
+    directory the relay's DynamicUser cannot read (no read bit for others; no search bit on a directory)."""
+    files, bad = [], []
+    root = os.path.normpath(path)
+    for dirpath, dirnames, filenames in os.walk(root):
+        rel_dir = os.path.relpath(dirpath, root)
+        st = os.stat(dirpath)
+        if not st.st_mode & stat.S_IXOTH or not st.st_mode & stat.S_IROTH:
+            bad.append(f"{dirpath}: directory mode {stat.S_IMODE(st.st_mode):04o} (others cannot list it)")
+        for d in list(dirnames):
+            if os.path.islink(os.path.join(dirpath, d)):
+                bad.append(f"{os.path.join(dirpath, d)}: a link")
+                dirnames.remove(d)
+        for name in filenames:
+            full = os.path.join(dirpath, name)
+            rel = name if rel_dir == "." else f"{rel_dir}/{name}"
+            if rel == PEER_MARKER:
+                continue
+            lst = os.lstat(full)
+            if stat.S_ISLNK(lst.st_mode) or not stat.S_ISREG(lst.st_mode):
+                bad.append(f"{full}: {'a link' if stat.S_ISLNK(lst.st_mode) else 'not a regular file'}")
+                continue
+            if not lst.st_mode & stat.S_IROTH:
+                bad.append(f"{full}: mode {stat.S_IMODE(lst.st_mode):04o} (others cannot read it)")
+                continue
+            files.append({"path": rel, "size": lst.st_size, "sha256": _sha256(full)})
+    files.sort(key=lambda e: e["path"])
+    return {"files": files, "unservable": bad}
+
+
+def manifest_sha256(files: list) -> str:
+    return hashlib.sha256(json.dumps(files, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def check_manifest(files: object) -> list[dict]:
+    """The receiver's ``files`` checked: relative paths inside the cache, sizes, sha256; ValueError naming the entry."""
+    if not isinstance(files, list) or not files:
+        raise ValueError(f"files: expected a non-empty list of {{path, size, sha256}}, found {files!r:.80}")
+    out = []
+    for i, e in enumerate(files):
+        p = e.get("path") if isinstance(e, dict) else None
+        if (not isinstance(p, str) or not p or p.startswith("/") or "\x00" in p
+                or any(part in ("", ".", "..") for part in p.split("/")) or p == PEER_MARKER):
+            raise ValueError(f"files[{i}].path: expected a relative path inside the cache, found {p!r}")
+        size, sha = e.get("size"), e.get("sha256")
+        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+            raise ValueError(f"files[{i}] ({p}): size: expected a byte count, found {size!r}")
+        if not isinstance(sha, str) or len(sha) != 64 or any(c not in "0123456789abcdef" for c in sha):
+            raise ValueError(f"files[{i}] ({p}): sha256: expected 64 hex digits, found {sha!r}")
+        out.append({"path": p, "size": size, "sha256": sha})
+    return out
+
+
+def _drop_empty_tree(path: str) -> None:
+    """Remove a cold cache (directories only); OSError if a file appeared in it meanwhile."""
+    for dirpath, _dirs, _files in os.walk(path, topdown=False):
+        os.rmdir(dirpath)
+
+
+def receive(base_url: str, files: object, path: str, source: str, digest: str, fetch, mode: int = 0o755) -> dict:
+    """Fill the cold cache ``path`` from ``base_url`` (see the module's docstring). ``fetch`` is the weights
+    stage's peer.fetch(base_url, entries, dest): verified on arrival. Returns what the marker says plus
+    the fetch's files, bytes and seconds. ValueError when the cache is no longer cold."""
+    entries = check_manifest(files)
+    path = os.path.normpath(path)
+    if classify(path) != "cold":
+        raise ValueError(f"{path}: expected a cold cache to fill from {source}, found {classify(path)}")
+    staging = path + INCOMING_SUFFIX
+    shutil.rmtree(staging, ignore_errors=True)
+    os.makedirs(staging, mode=mode)
+    os.chmod(staging, mode)
+    got = fetch(base_url, entries, staging)
+    marker = {"peer": source, "digest": digest, "manifest_sha256": manifest_sha256(entries),
+              "files": len(entries), "bytes": sum(e["size"] for e in entries)}
+    tmp = os.path.join(staging, PEER_MARKER + ".tmp")
+    with open(tmp, "w") as f:
+        json.dump(marker, f, sort_keys=True)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, os.path.join(staging, PEER_MARKER))
+    if os.path.isdir(path):
+        _drop_empty_tree(path)
+    os.rename(staging, path)
+    return dict(marker, seconds=got.get("seconds"))
+
+
+def read_marker(path: str) -> dict | None:
+    try:
+        with open(os.path.join(path, PEER_MARKER)) as f:
+            doc = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) else None
