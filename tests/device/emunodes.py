@@ -50,6 +50,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+REPO_DATA = HERE.parent.parent / "data"
 SUBNET = "10.99.0"
 PREFIXLEN = 24
 NODE_IFACE = "llmb0"  # the veth end inside every node's namespace (llmb_cluster_iface)
@@ -248,8 +249,10 @@ def inventory(nodes: list[EmuNode], shape: str, python: str, state_root: Path, b
 
 
 def write_inventory(out: Path, nodes: list[EmuNode], shape: str, python: str, state_root: Path,
-                    common_vars_dir: Path = HERE / "inventory-nodes" / "group_vars" / "all") -> Path:
-    """OUT/{hosts.yml, group_vars/all/*.yml}, STATE/interp/<node> (mode 0755)."""
+                    common_vars_dir: Path = HERE / "inventory-nodes" / "group_vars" / "all",
+                    platform: str | None = None) -> Path:
+    """OUT/{hosts.yml, group_vars/all/*.yml}, STATE/interp/<node> (mode 0755). platform: llmb_platform in
+    shape.yml (read after the common vars), for nodes with another GPU count than the common vars' platform."""
     import yaml
 
     common: dict = {}
@@ -257,6 +260,8 @@ def write_inventory(out: Path, nodes: list[EmuNode], shape: str, python: str, st
         common.update(yaml.safe_load(f.read_text()) or {})
     hosts, shape_vars, wrappers = inventory(nodes, shape, python, state_root,
                                             common_engine_args=common.get("llmb_engine_args"))
+    if platform:
+        shape_vars["llmb_platform"] = platform
     (out / "group_vars" / "all").mkdir(parents=True, exist_ok=True)
     for f in sorted(common_vars_dir.glob("*.yml")):
         shutil.copyfile(f, out / "group_vars" / "all" / f.name)
@@ -367,6 +372,8 @@ def main(argv: list[str] | None = None) -> int:
             p.add_argument("--state", type=Path, required=True)
             p.add_argument("--python", required=True, help="the interpreter Ansible runs modules with")
             p.add_argument("--only", help="this node alone (node<i>): an inventory of one host")
+            p.add_argument("--platform", help="llmb_platform for these nodes (data/platforms/<name>.yml) in place of "
+                           "the common vars' (h200-x2: two GPUs a node); e.g. h100-x1 for nodes of one GPU")
         if name == "show":
             p.add_argument("--state", type=Path)
     ex = sub.add_parser("exec")
@@ -407,7 +414,10 @@ def main(argv: list[str] | None = None) -> int:
         else:
             if a.only:
                 nodes = [node_of(a.only, nodes)]
-            out = write_inventory(a.out, nodes, a.shape, a.python, a.state)
+            if a.platform is not None and (not NAME_RE.match(a.platform)
+                                           or not (REPO_DATA / "platforms" / f"{a.platform}.yml").is_file()):
+                raise UsageError(f"--platform: expected a profile of data/platforms, found {a.platform!r}")
+            out = write_inventory(a.out, nodes, a.shape, a.python, a.state, platform=a.platform)
             print(out)
         return 0
     except UsageError as err:

@@ -195,3 +195,18 @@ def test_each_node_has_its_own_caches_and_the_one_shape_is_the_node_alone(tmp_pa
     hosts, shape_vars, _ = emunodes.inventory([node], "one", "/usr/bin/python3", tmp_path)
     assert list(hosts["all"]["children"]["accel_nodes"]["hosts"]) == ["node3"]
     assert shape_vars["llmb_tensor_parallel"] == 1
+
+
+def test_nodes_of_one_gpu_get_a_platform_of_one_gpu_and_a_bad_platform_exits_2(tmp_path):
+    """The cache run on a 2-GPU machine: 2 nodes x 1 GPU, shape a, the platform of one-GPU nodes in shape.yml
+    (read after the common vars' h200-x2); a platform that is not a profile is refused naming the option."""
+    import yaml
+
+    inv = tmp_path / "inv"
+    emunodes.write_inventory(inv, emunodes.layout(2, 1), "a", "/usr/bin/python3", tmp_path / "st", platform="h100-x1")
+    assert yaml.safe_load((inv / "group_vars/all/shape.yml").read_text())["llmb_platform"] == "h100-x1"
+    for bad in ("h999-x9", "../x"):
+        p = subprocess.run([sys.executable, str(ROOT / "tests/device/emunodes.py"), "inventory", "--nodes", "2",
+                            "--gpus-per-node", "1", "--shape", "a", "--platform", bad, "--out", str(tmp_path / "o"),
+                            "--state", str(tmp_path / "s"), "--python", "/usr/bin/python3"], capture_output=True, text=True)
+        assert p.returncode == 2 and "--platform" in p.stderr, p.stderr

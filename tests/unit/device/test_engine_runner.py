@@ -141,3 +141,27 @@ def test_a_member_waits_for_the_heads_port_and_restart_applies_without_a_head(tm
     finally:
         _sh(sys.executable, str(RUNNER), "stop", "--service", "svc", state=st)
         srv.close()
+
+
+def test_the_relay_unit_starts_and_stops_through_the_systemd_run_and_systemctl_stand_ins(tmp_path, monkeypatch):
+    """The compile cache peer copy on the emulated nodes: the weights relay's own start/stop (systemd-run
+    --unit=..., systemctl stop UNIT.service) answered by tests/device/bin without systemd."""
+    import socket
+    import urllib.request
+
+    from llmb.weights import relay
+
+    monkeypatch.setenv("PATH", f"{ROOT / 'tests/device/bin'}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("LLMB_RUNNER_STATE", str(tmp_path / "st"))
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "f.bin").write_bytes(b"cache")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    got = relay.start(port, "127.0.0.1", str(tmp_path / "d"), "llmb-cache-relay-t", timeout=20)
+    assert got["stale_rc"] == 5  # nothing left before: "not loaded", which the relay takes as stopped
+    assert urllib.request.urlopen(f"http://127.0.0.1:{port}/f.bin", timeout=5).read() == b"cache"
+    assert relay.stop("llmb-cache-relay-t") == {"rc": 0}
+    with pytest.raises(OSError):
+        urllib.request.urlopen(f"http://127.0.0.1:{port}/f.bin", timeout=2)
+    assert relay.stop("llmb-cache-relay-t") == {"rc": 5}

@@ -69,7 +69,7 @@ def test_the_overlay_table_is_checked():
 
 
 def test_the_serve_role_creates_the_directories():
-    tasks = yaml.safe_load((REPO / "roles/serve/tasks/install.yml").read_text())
+    tasks = yaml.safe_load((REPO / "roles/serve/tasks/compile_cache.yml").read_text())
     task = next(t for t in tasks if "llmb_compile_cache" in t)
     # one call per host: every service's plan cache_dir, by service name (the module creates each)
     assert "cache_dir" in task["llmb_compile_cache"]["dirs"]

@@ -54,7 +54,10 @@ def test_the_report_says_peer_for_a_cache_filled_in_this_run():
 
 
 def test_the_role_runs_nothing_more_on_a_converged_host():
-    tasks = yaml.safe_load((REPO / "roles/serve/tasks/install.yml").read_text())
+    install = yaml.safe_load((REPO / "roles/serve/tasks/install.yml").read_text())
+    # imported (static: no task round of its own), the file tests/device/serve-nodes.yml runs too
+    assert any(t.get("ansible.builtin.import_tasks") == "compile_cache.yml" for t in install)
+    tasks = yaml.safe_load((REPO / "roles/serve/tasks/compile_cache.yml").read_text())
     inc = next(t for t in tasks if "ansible.builtin.include_tasks" in t)
     assert inc["ansible.builtin.include_tasks"]["file"] == "cache_peer.yml"
     # included only where the peer plan names the host (a converged run names none) and the knob is on
