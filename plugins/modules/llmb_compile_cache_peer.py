@@ -74,6 +74,11 @@ def serve(m, dirs, address, port, timeout):
         entry = dict(man, url=url(address, port + i), manifest_sha256=compile_cache.manifest_sha256(man["files"]))
         if not man["unservable"] and not m.check_mode:
             relay.start(port + i, address, path, unit, timeout=float(timeout))
+        elif man["unservable"]:
+            # its cold peers start cold: say so on the sender, with what the relay could not read
+            m.warn(f"{m.params['host']}: the compile cache of {name} is not served to its cold peers (they start cold): "
+                   f"{len(man['unservable'])} entr{'y' if len(man['unservable']) == 1 else 'ies'} the relay cannot serve, "
+                   f"e.g. {'; '.join(man['unservable'][:3])}")
         out[name] = entry
     return out
 
