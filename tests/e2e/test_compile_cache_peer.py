@@ -1,9 +1,10 @@
 """Issue 23 point 6 on the simulated cluster, after test_site.py: the same vLLM service (llmb-vllm) on two
 nodes (vLLM's native multi-node launch: node rank 0 and a --headless rank 1, one plan digest once the
-per-node argv is left out). A warm cache planted on node1 and node2's emptied: the serve stage fills node2's
-from node1 through the relay (verified, marker last), the relay unit is gone after it, and a re-run copies
-nothing again.
-The stage must run for it: node2 plays a rebuilt node (its serve record removed with its cache).
+per-node argv is left out). Each node's engine double keeps its torch.compile cache per rank as vLLM 0.26.0
+does (tests/enginesim/vllm_cli.compile_graphs). node2 rebuilt (its cache and serve record removed): the
+serve stage fills its cache from node1's through the relay (verified, marker last), the relay unit is gone
+after it, node2's engine still compiles its own ranks (a peer of the same group holds none of them, as on
+the real engine), and a re-run copies nothing again.
 
 Run alone: LLMB_E2E_CLUSTER=peer23-e2e pytest tests/e2e/test_site.py::test_site_converges_all_stages \
     tests/e2e/test_compile_cache_peer.py
@@ -11,13 +12,11 @@ Run alone: LLMB_E2E_CLUSTER=peer23-e2e pytest tests/e2e/test_site.py::test_site_
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
 
 CACHE = "/var/cache/llmb/compile/llmb-vllm"
 MARKER = f"{CACHE}/.llmb-cache-peer.json"
-KERNEL = os.urandom(4096)
+GRAPHS = f"{CACHE}/vllm/torch_compile_cache"
 
 
 def _serve(cluster):
@@ -26,19 +25,36 @@ def _serve(cluster):
     return run
 
 
+def _rank_dirs(cluster, node):
+    found = cluster.node(node, "find", GRAPHS, "-name", "graph.bin", check=False).stdout.split()
+    return sorted(p.split("/")[-3] for p in found)
+
+
+def _files(cluster, node):
+    out = cluster.node(node, "find", CACHE, "-type", "f", "!", "-name", ".llmb-cache-peer.json", "-printf", "%P %s\n").stdout
+    return dict(line.rsplit(" ", 1) for line in out.splitlines())
+
+
 def test_a_cold_node_takes_the_warm_nodes_cache(cluster):
-    _serve(cluster)  # both nodes run llmb-vllm (rank 0 and the headless rank 1)
-    cluster.node("node1", "mkdir", "-p", f"{CACHE}/torch_compile_cache/abc/rank_0_0")
-    cluster.node("node1", "python3", "-c", f"open('{CACHE}/torch_compile_cache/abc/rank_0_0/k.bin', 'wb').write(bytes.fromhex('{KERNEL.hex()}'))")
-    cluster.node("node1", "chmod", "-R", "u=rwX,go=rX", CACHE)
+    _serve(cluster)  # both nodes run llmb-vllm (rank 0 and the headless rank 1); each compiles its ranks
+    mine = _rank_dirs(cluster, "node1")
+    assert mine and all(d.endswith("_0") for d in mine), mine
+    sent = _files(cluster, "node1")
     # node2 as a rebuilt node: no cache and no serve record (an emptied cache alone on a converged cluster
     # is not seen: the serve stage's fast-path gate does not watch the cache)
     cluster.node("node2", "rm", "-rf", CACHE, "/var/lib/llmb/stages/serve.json")
     _serve(cluster)
     marker = json.loads(cluster.node("node2", "cat", MARKER).stdout)
-    assert marker["peer"] == "node1" and marker["files"] == 1 and marker["bytes"] == len(KERNEL)
-    got = cluster.node("node2", "sha256sum", f"{CACHE}/torch_compile_cache/abc/rank_0_0/k.bin").stdout.split()[0]
-    assert got == hashlib.sha256(KERNEL).hexdigest()
+    assert marker["peer"] == "node1" and marker["files"] == len(sent)
+    assert marker["bytes"] == sum(int(v) for v in sent.values())
+    got = _files(cluster, "node2")
+    assert all(got.get(path) == size for path, size in sent.items()), "node1's files not all on node2"
+    # the copy held node1's ranks only: node2's engine compiled its own, beside them
+    theirs = sorted(set(_rank_dirs(cluster, "node2")) - set(mine))
+    assert theirs and not set(theirs) & set(mine), theirs
+    run_id = cluster.node("node2", "systemctl", "show", "-p", "InvocationID", "--value", "llmb-vllm").stdout.strip()
+    log = cluster.node("node2", "journalctl", f"_SYSTEMD_INVOCATION_ID={run_id}", "-o", "cat", check=False).stdout
+    assert "Compiling a graph" in log and "Directly load" not in log, log[-2000:]
     state = cluster.node("node1", "systemctl", "show", "-p", "ActiveState", "--value", "llmb-cache-relay-llmb-vllm", check=False)
     assert state.stdout.strip() != "active"
     # converged: node1 warm, node2 peer: nothing is copied again (the marker stays as it was)

@@ -3,6 +3,8 @@ LLMB_ENGINESIM_ENGINE=vllm-ascend)."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import sys
 import time
@@ -146,6 +148,13 @@ def serve(fs: dict, engine: str, args: dict, pos: list[str], log: runtime.Log) -
     log.info(f"Loading weights took {took:.2f} seconds", "default_loader.py:430")
     log.info(f"Model loading took {shard_bytes / max(tp * pp, 1) / 2**30:.2f} GiB memory and {took:.6f} seconds",
              "gpu_model_runner.py:5347")
+    if nnodes > 1:
+        local = world // nnodes
+        compile_graphs(args, [(r, 0) for r in range(local)], log)
+    elif backend == "ray":  # the head's own GPUs; the workers on other nodes keep theirs there (not simulated)
+        compile_graphs(args, [(r, 0) for r in range(min(world, devices))], log)
+    else:
+        compile_graphs(args, [(r, d) for d in range(dp_local) for r in range(world)], log)
     served = args.get("--served-model-name") or [model]
     cfg = ApiConfig(
         engine=engine,
@@ -174,6 +183,45 @@ def serve(fs: dict, engine: str, args: dict, pos: list[str], log: runtime.Log) -
     server.ready.set()
     log.raw("INFO:     Application startup complete.")
     return runtime.wait_for_signal(log, "vllm serve")
+
+
+# what decides the compiled graph (the model and its split); not where a node sits in the group
+_COMPILE_KEY_FLAGS = ("--tensor-parallel-size", "--pipeline-parallel-size", "--data-parallel-size", "--max-model-len",
+                      "--dtype", "--quantization", "--kv-cache-dtype", "--enable-expert-parallel")
+
+
+def compile_graphs(args: dict, ranks: list[tuple[int, int]], log: runtime.Log) -> list[Path]:
+    """torch.compile's cache as vLLM 0.26.0 keeps it (seen on 2x H200, docs/examples/serve-real-multinode/
+    cache-group/): VLLM_CACHE_ROOT/torch_compile_cache/<key>/rank_<rank>_<dp rank>/backbone/ for each of this
+    node's ranks, one key for every rank of the group. A rank whose directory holds its graph loads it
+    ("Directly load the compiled graph(s)"), any other compiles and saves it: a copy of another rank's cache
+    gives no hit. --enforce-eager: no torch.compile (vLLM's warning). Returns the rank directories."""
+    if args.get("--enforce-eager"):
+        log.warning("Enforce eager set, disabling torch.compile and CUDAGraphs. This is equivalent to setting "
+                    "-cc.mode=none -cc.cudagraph_mode=none", "vllm.py:1163")
+        return []
+    root = Path(os.environ.get("VLLM_CACHE_ROOT") or Path.home() / ".cache" / "vllm")
+    factors = {f: args.get(f) for f in ("--served-model-name", *_COMPILE_KEY_FLAGS)}
+    key = hashlib.sha256(json.dumps(factors, sort_keys=True, default=str).encode()).hexdigest()[:10]
+    t0 = time.monotonic()
+    dirs = []
+    for rank, dp_rank in ranks:
+        d = root / "torch_compile_cache" / key / f"rank_{rank}_{dp_rank}" / "backbone"
+        log.info(f"Using cache directory: {d} for vLLM's torch.compile", "backends.py:1094")
+        graph = d / "graph.bin"
+        if graph.is_file():
+            log.info("Directly load the compiled graph(s) for compile range (1, 8192) from the cache, took 0.010 s",
+                     "backends.py:292")
+        else:
+            d.mkdir(parents=True, exist_ok=True)
+            tmp = d / f".graph.{os.getpid()}.tmp"
+            tmp.write_bytes(hashlib.sha256(f"{key}/{rank}/{dp_rank}".encode()).digest() * 64)
+            os.replace(tmp, graph)
+            (d / "cache_key_factors.json").write_text(json.dumps(factors, sort_keys=True, default=str) + "\n")
+            log.info("Compiling a graph for compile range (1, 8192) takes 0.01 s", "backends.py:393")
+        dirs.append(d)
+    log.info(f"torch.compile took {time.monotonic() - t0:.2f} s in total", "monitor.py:53")
+    return dirs
 
 
 def _api_keys(fs: dict, args: dict) -> list[str]:
@@ -367,6 +415,7 @@ def _native_follower(args, nnodes, world, devices, log) -> int:
                           f"address of ({address}, {port}) within {timeout:g} s (is node rank 0 running, and is "
                           f"{address} its address?)")
     log.info(f"Joined node rank 0 at {address}:{port}", "parallel_state.py:1")
+    compile_graphs(args, [(r, 0) for r in range(rank * local, rank * local + local)], log)
     runtime.watch_master(sock, log, f"node rank 0 {address}:{port}")
     return runtime.wait_for_signal(log, "vllm serve --headless")
 
@@ -394,6 +443,7 @@ def _headless(args, dp, dp_local, world, devices, log) -> int:
             where="core_client.py:1",
         )
     log.info(f"Connected to the data parallel master at {address}:{port}", "core_client.py:1")
+    compile_graphs(args, [(r, d) for d in range(start, start + dp_local) for r in range(world)], log)
     runtime.watch_master(sock, log, f"data parallel master {address}:{port}")
     return runtime.wait_for_signal(log, "vllm serve --headless")
 

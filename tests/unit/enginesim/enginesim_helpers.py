@@ -60,6 +60,8 @@ def sim_env(state: Path, **extra) -> dict:
             "LLMB_ENGINESIM_CONNECT_TIMEOUT": "2",
             "LLMB_ENGINESIM_WAIT_TIMEOUT": "15",
             "LLMB_ENGINESIM_DEVICES": "8",
+            # the node's own compile cache (vLLM's default is ~/.cache/vllm: not the tester's)
+            "VLLM_CACHE_ROOT": str(state / "vllm-cache"),
         }
     )
     env.update({k: str(v) for k, v in extra.items()})

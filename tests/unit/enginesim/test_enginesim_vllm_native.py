@@ -163,3 +163,43 @@ def test_the_double_logs_the_weight_load_as_vllm_0_26_does(tmp_path, model):
     shards = sum(f.stat().st_size for f in model.glob("*.safetensors"))
     assert got["loading_weights_s"] is not None and got["loading_weights_s"] >= 0
     assert got["model_loading_gib"] == round(shards / 4 / 2**30, 2)
+
+
+def _rank_dirs(root) -> list[str]:
+    return sorted(p.parent.parent.name for p in root.glob("torch_compile_cache/*/rank_*/backbone/graph.bin"))
+
+
+def test_each_node_compiles_its_own_ranks_and_a_peers_copy_gives_no_hit_like_vllm_0_26(tmp_path, model):
+    """vLLM 0.26.0 on 2x H200 (docs/examples/serve-real-multinode/cache-group/): the torch.compile cache is kept
+    per rank, one key for the group; node rank 0 holds only its ranks' directories, the headless node its own.
+    A rebuilt node given node rank 0's cache (the serve role's peer copy) compiles again: no peer in one group
+    holds its ranks. Its next start loads."""
+    import shutil
+
+    def start_group():
+        with two_nodes_serving(tmp_path, model) as (r0, r1, _api):
+            return r0.output(), r1.output()
+
+    out0, out1 = start_group()
+    c0, c1 = tmp_path / "rank0" / "vllm-cache", tmp_path / "rank1" / "vllm-cache"
+    assert _rank_dirs(c0) == [f"rank_{r}_0" for r in range(8)] and out0.count("Compiling a graph") == 8
+    assert _rank_dirs(c1) == sorted(f"rank_{r}_0" for r in range(8, 16)) and out1.count("Compiling a graph") == 8
+    # one key for every rank of the group
+    assert {p.name for p in c0.glob("torch_compile_cache/*")} == {p.name for p in c1.glob("torch_compile_cache/*")}
+    # node rank 1 rebuilt, its cache filled from node rank 0's
+    shutil.rmtree(c1)
+    shutil.copytree(c0, c1)
+    out0, out1 = start_group()
+    assert out0.count("Directly load the compiled graph(s)") == 8 and "Compiling a graph" not in out0
+    assert out1.count("Compiling a graph") == 8 and "Directly load" not in out1
+    out0, out1 = start_group()
+    assert out1.count("Directly load the compiled graph(s)") == 8 and "Compiling a graph" not in out1
+
+
+def test_enforce_eager_compiles_nothing(tmp_path, model):
+    api = free_port()
+    with Proc([*cli("vllm"), *SERVE, str(model), "--port", str(api), "--enforce-eager"], sim_env(tmp_path / "n"),
+              tmp_path / "n.log") as p:
+        wait_healthy(api, p)
+        assert "Enforce eager set, disabling torch.compile" in p.output()
+    assert _rank_dirs(tmp_path / "n" / "vllm-cache") == []
