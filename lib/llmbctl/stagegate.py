@@ -42,7 +42,8 @@ CODE = {"engine": ("roles/engine_host", "roles/engine_image", "playbooks/engine.
         "weights": ("roles/weights", "playbooks/weights.yml"),
         "ssh_mesh": ("roles/ssh_mesh", "playbooks/ssh_mesh.yml"),
         "serve": ("roles/serve", "playbooks/serve.yml")}
-CODE_COMMON = ("plugins", "playbooks/tasks/stage_gate.yml")
+CODE_COMMON = ("plugins", "playbooks/tasks/stage_gate.yml", "playbooks/tasks/stage_gate_once.yml",
+               "playbooks/tasks/stage_gate_each.yml")
 # llmb_* names that are the run's own facts, not inputs (playbooks/_run.yml sets them every run)
 RUN_FACTS = frozenset({"llmb_run_id", "llmb_artifacts_dir", "llmb_deployment", "llmb_deployment_doc",
                        "llmb_stage_started", "llmb_report_stages", "llmb_stage_needs_plan", "llmb_accel",
@@ -170,6 +171,12 @@ def watch(doc: Mapping[str, Any], host: str, stage: str) -> dict[str, list]:
     return {k: v for k, v in w.items() if v}
 
 
+def digests(doc: Mapping[str, Any], hosts: list[str], stage: str, hostvars: Mapping[str, Any],
+            root: Path = ROOT) -> dict[str, str]:
+    """The stage's digest for each of ``hosts`` (``hostvars``: every host's variables, Ansible's hostvars)."""
+    return {h: digest(doc, h, stage, hostvars[h], root) for h in hosts}
+
+
 def specs(doc: Mapping[str, Any], host: str, hostvars: Mapping[str, Any], stages: tuple[str, ...] = STAGES,
           root: Path = ROOT) -> dict[str, dict[str, Any]]:
     """Every gated stage's digest and watch for ``host``: site.yml's one check_all call per host, right
@@ -205,6 +212,30 @@ def prefetched(gates: Any, stage: str, acted: Any, digest_now: str) -> dict[str,
         return {}
     return {"converged": verdict["converged"], "differs": list(verdict["differs"]),
             "record": verdict.get("record"), "prefetched": True}
+
+
+def prefetched_all(stage: str, hosts: Any, gates: Any, acted: Any, digests: Any) -> dict[str, Any]:
+    """The stage's verdict for every host of the play at once, from this run's check_all results alone
+    (one task run once on the controller, no call to a node): ``converged`` only where every host has a
+    verdict that holds (``prefetched``: this run's check_all, no earlier gated stage acted on it, the same
+    digest) and every one is converged; otherwise ``converged`` false with the reasons (``differs``), and
+    the stage's gate asks per host as before. ``gates``, ``acted``, ``digests``: {host: its value}."""
+    _stage(stage)
+    if not isinstance(hosts, (list, tuple)) or not all(isinstance(h, str) for h in hosts):
+        raise StageGateError(f"hosts: expected a list of host names, found {hosts!r:.80}")
+    for name, value in (("gates", gates), ("acted", acted), ("digests", digests)):
+        if not isinstance(value, Mapping):
+            raise StageGateError(f"{name}: expected {{host: value}}, found {value!r:.80}")
+    differs: list[str] = []
+    verdicts: dict[str, dict[str, Any]] = {}
+    for host in hosts:
+        verdict = prefetched(gates.get(host), stage, acted.get(host) or [], str(digests.get(host)))
+        if not verdict:
+            differs.append(f"{host}: no verdict of this run's check_all holds (the node is asked)")
+        elif not verdict["converged"]:
+            differs += [f"{host}: {d}" for d in verdict["differs"]]
+        verdicts[host] = verdict
+    return {"converged": bool(hosts) and not differs, "differs": differs, "hosts": verdicts, "prefetched": True}
 
 
 def shell_reader(w: Mapping[str, list]) -> str:

@@ -16,6 +16,11 @@ def llmb_stage_digest(doc, host, stage, hostvars):
     return stagegate.digest(dict(doc), str(host), str(stage), hostvars)
 
 
+def llmb_stage_digests(doc, hosts, stage, hostvars):
+    """The stage's digest for each host of ``hosts`` ({host: digest}; hostvars: Ansible's hostvars)."""
+    return stagegate.digests(dict(doc), [str(h) for h in hosts], str(stage), hostvars)
+
+
 def llmb_stage_watch(doc, host, stage):
     """What of the node's state the stage compares with its record."""
     return stagegate.watch(dict(doc), str(host), str(stage))
@@ -28,5 +33,5 @@ def llmb_stage_specs(doc, host, hostvars):
 
 class FilterModule:
     def filters(self):
-        return reraise_each((llmb_stage_digest, llmb_stage_watch, llmb_stage_specs), stagegate.StageGateError, AnsibleFilterError,
-                            "stage gate: ")
+        return reraise_each((llmb_stage_digest, llmb_stage_digests, llmb_stage_watch, llmb_stage_specs),
+                            stagegate.StageGateError, AnsibleFilterError, "stage gate: ")

@@ -13,14 +13,23 @@ description:
   - C(record) writes the record after the stage converged (I(digest) and what is observed now). The
     record is the toolkit's own bookkeeping, never reported as a change; nothing is written in check mode.
 options:
-  action: {description: "check, record, or check_all (several stages' checks in one call: I(stages)).", type: str, required: true, choices: [check, record, check_all]}
+  action:
+    description: >-
+      check, record, check_all (several stages' checks in one call: I(stages)), or prefetched_all (run once on the
+      controller: the stage's verdict for every host of I(hosts) from this run's check_all results, I(gates), never asking a node).
+    type: str
+    required: true
+    choices: [check, record, check_all, prefetched_all]
   stage: {description: The stage's name (engine, weights, ssh_mesh, serve); check and record., type: str}
   digest: {description: Digest of the stage's inputs for this host (llmb_stage_digest); check and record., type: str}
   watch: {description: "What to observe (llmb_stage_watch): hash, stat, names (glob patterns), units, tcp, http, commands; check and record.", type: dict}
   stages: {description: "check_all: {stage: {digest, watch}} (llmb_stage_specs).", type: dict}
-  gates: {description: "check: this run's check_all result on the host (site.yml); the action plugin returns the stage's verdict from it without asking the node while it holds (llmbctl.stagegate.prefetched).", type: dict}
+  gates: {description: "check: this run's check_all result on the host (site.yml); the action plugin returns the stage's verdict from it without asking the node while it holds (llmbctl.stagegate.prefetched). prefetched_all: {host: that result}.", type: dict}
   acted: {description: "check, with gates: the gated stages that ran in full on the host in this run.", type: list, elements: str}
-  state_dir: {description: The toolkit's state directory on the node (the document's dirs.state)., type: path, required: true}
+  hosts: {description: "prefetched_all: the play's hosts.", type: list, elements: str}
+  acted_by_host: {description: "prefetched_all: {host: the gated stages that ran in full on it in this run}.", type: dict}
+  digests: {description: "prefetched_all: {host: the stage's digest} (llmb_stage_digests).", type: dict}
+  state_dir: {description: "The toolkit's state directory on the node (the document's dirs.state); all but prefetched_all.", type: path}
 attributes:
   check_mode: {support: full, description: check reads only; record writes nothing in check mode.}
   diff_mode: {support: none}
@@ -41,6 +50,7 @@ converged: {description: The digest and the observed state are those recorded (c
 differs: {description: Why the stage has something to do (check)., type: list, returned: check}
 verdicts: {description: "{stage: {converged, differs, record, digest}} (check_all).", type: dict, returned: check_all}
 prefetched: {description: The verdict came from this run's check_all (gates) and the node was not asked again., type: bool, returned: check with gates}
+hosts: {description: "{host: its verdict} (prefetched_all; {} for a host whose check_all verdict does not hold).", type: dict, returned: prefetched_all}
 record: {description: The record's path on the node., type: str, returned: always}
 """
 
@@ -51,12 +61,12 @@ from ansible.module_utils.llmb import fsutil, stagegate  # noqa: E402
 def main():
     m = AnsibleModule(
         argument_spec=dict(
-            action=dict(type="str", required=True, choices=["check", "record", "check_all"]),
+            action=dict(type="str", required=True, choices=["check", "record", "check_all"]),  # prefetched_all: the action plugin
             stage=dict(type="str"),
             digest=dict(type="str", no_log=False),
             watch=dict(type="dict"),
             stages=dict(type="dict"),
-            state_dir=dict(type="path", required=True),
+            state_dir=dict(type="path", required=True),  # required on the node (not for prefetched_all, the action plugin's)
         ),
         required_if=[("action", "check", ("stage", "digest", "watch")), ("action", "record", ("stage", "digest", "watch")),
                      ("action", "check_all", ("stages",))],

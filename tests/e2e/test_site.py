@@ -67,9 +67,11 @@ def test_check_diff_on_converged_cluster_reports_no_change(cluster):
     assert all(r["changed"] == 0 and r["failed"] == 0 for r in recap.values()), (recap, run.changed_tasks())
 
 
-# The serve stage's fast path still runs these (smoke test, result); any other task of a gated
-# stage's role means the stage acted (playbooks/tasks/stage_gate.yml)
-FAST_PATH_TASKS = {"OpenAI smoke tests against the endpoint (from the controller, as a client would)",
+# The serve stage's fast path still runs these (smoke test, result: in one task, roles/serve/tasks/converged.yml,
+# per host where an endpoint fails); any other task of a gated stage's role means the stage acted
+# (playbooks/tasks/stage_gate.yml)
+FOLDED = "Smoke-test every endpoint and record every host's result (one task, from the controller)"
+FAST_PATH_TASKS = {FOLDED, "OpenAI smoke tests against the endpoint (from the controller, as a client would)",
                    "Record this host's serve result"}
 GATED_ROLES = {"engine_host": "engine", "engine_image": "engine", "weights": "weights", "ssh_mesh": "ssh_mesh",
                "serve": "serve"}
@@ -91,6 +93,15 @@ def test_fast_path_acts_in_exactly_the_stage_whose_input_or_state_changed(cluste
     assert quiet.rc == 0, _fail_text(quiet)
     assert _stages_acted(quiet.out) == set(), sorted(set(re.findall(r"^TASK \[((?:engine_host|weights|ssh_mesh|serve) : .+?)\]", quiet.out, re.M)))[:20]
     assert all(r["changed"] == 0 for r in quiet.recap().values()), (quiet.recap(), quiet.changed_tasks())
+    # serve's converged path: the endpoint smoke-tested for real and every host's result written, in one task
+    assert f"TASK [serve : {FOLDED}]" in quiet.out and "TASK [serve : OpenAI smoke tests" not in quiet.out
+    run_dir = sorted((ROOT / "artifacts").glob("e2e-*"), key=lambda p: p.stat().st_mtime)[-1]
+    serve = {h: json.loads((run_dir / "serve" / f"{h}.json").read_text()) for h in ("node1", "node2")}
+    checks = serve["node1"]["smoke"][0]
+    assert [c["check"] for c in checks][:2] == ["served-model-name", "chat-completion"] and all(c["ok"] for c in checks)
+    assert serve["node1"]["restarted"] == [] and serve["node2"]["smoke"] == [], serve
+    report = json.loads((run_dir / "report.json").read_text())
+    assert report["ok"] is True and "kimi-k2-sim" in report["smoke_answer"], report
     # one input of one stage (a serve knob): serve runs in full, changes nothing, the others do not run
     knob = cluster.playbook("site.yml", "-e", "serve_health_interval_s=3")
     assert knob.rc == 0, _fail_text(knob)

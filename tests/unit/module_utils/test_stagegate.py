@@ -316,3 +316,38 @@ def test_prefetched_refuses_unknown_stages():
         ctl.prefetched(_gates(**ALL), "serve", ["verify"], "sha256:serve")
     with pytest.raises(ctl.StageGateError, match="acted: expected the list"):
         ctl.prefetched(_gates(**ALL), "serve", "engine", "sha256:serve")
+
+
+def test_digests_are_each_hosts_own_digest():
+    hv = {"n1": dict(VARS), "n2": {**VARS, "serve_smoke": False}}
+    got = ctl.digests(DOC, ["n1", "n2"], "serve", hv)
+    assert got == {h: ctl.digest(DOC, h, "serve", hv[h]) for h in ("n1", "n2")} and got["n1"] != got["n2"]
+
+
+def _all(stage="serve", hosts=("n1", "n2"), gates=None, acted=None, digest=None):
+    gates = gates if gates is not None else {h: _gates(**ALL) for h in hosts}
+    return ctl.prefetched_all(stage, list(hosts), gates, acted or {}, digest or {h: f"sha256:{stage}" for h in hosts})
+
+
+def test_prefetched_all_converges_only_where_every_host_has_a_holding_converged_verdict():
+    got = _all()
+    assert got["converged"] is True and got["differs"] == [] and sorted(got["hosts"]) == ["n1", "n2"]
+    assert got["hosts"]["n1"] == ctl.prefetched(_gates(**ALL), "serve", [], "sha256:serve")
+    # one host's verdict differs: not converged, the reason named with its host
+    got = _all(gates={"n1": _gates(**ALL), "n2": _gates(**{**ALL, "serve": False})})
+    assert got["converged"] is False and got["differs"] == ["n2: x"]
+    # one host without a verdict that holds (no check_all, an earlier stage acted, another digest): asked per host
+    for more in ({"gates": {"n1": _gates(**ALL)}}, {"acted": {"n2": ["engine"]}},
+                 {"digest": {"n1": "sha256:serve", "n2": "sha256:other"}}):
+        got = _all(**more)
+        assert got["converged"] is False and got["differs"] == ["n2: no verdict of this run's check_all holds (the node is asked)"]
+    assert _all(hosts=())["converged"] is False  # no host: nothing to conclude
+
+
+def test_prefetched_all_refuses_malformed_arguments():
+    with pytest.raises(ctl.StageGateError, match="hosts: expected a list"):
+        ctl.prefetched_all("serve", "n1", {}, {}, {})
+    with pytest.raises(ctl.StageGateError, match="acted: expected"):
+        ctl.prefetched_all("serve", ["n1"], {}, ["engine"], {})
+    with pytest.raises(ctl.StageGateError, match="acted: unknown stage"):
+        ctl.prefetched_all("serve", ["n1"], {}, {"n1": ["verify"]}, {})

@@ -63,3 +63,14 @@ def test_record_and_check_all_always_run_the_module(monkeypatch):
 def test_an_unknown_stage_in_acted_is_refused(monkeypatch):
     with pytest.raises(AnsibleActionFail, match="acted: unknown stage"):
         _run({**CHECK, "gates": GATES, "acted": ["verify"]}, monkeypatch)
+
+
+def test_prefetched_all_decides_every_host_on_the_controller_without_a_module(monkeypatch):
+    args = {"action": "prefetched_all", "stage": "serve", "hosts": ["n1", "n2"], "gates": {"n1": GATES, "n2": GATES},
+            "acted_by_host": {"n2": []}, "digests": {"n1": "sha256:serve", "n2": "sha256:serve"}}
+    out, calls = _run(args, monkeypatch)
+    assert calls == [] and out["converged"] is True and out["changed"] is False and sorted(out["hosts"]) == ["n1", "n2"]
+    out, calls = _run({**args, "acted_by_host": {"n2": ["engine"]}}, monkeypatch)
+    assert calls == [] and out["converged"] is False and out["differs"][0].startswith("n2: ")
+    with pytest.raises(AnsibleActionFail, match="llmb_stage_gate serve: acted: expected"):
+        _run({**args, "acted_by_host": ["engine"]}, monkeypatch)
