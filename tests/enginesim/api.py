@@ -11,6 +11,7 @@ problems is answered as enginesim.gsm8k says, right for a configurable fraction)
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import json
 import os
@@ -445,3 +446,17 @@ def serve_until_signal(cfg: ApiConfig, address: tuple[str, int], log: Log, proce
         if remaining == 0:
             return runtime_signal
         time.sleep(poll)
+
+
+@contextlib.contextmanager
+def serving(cfg: ApiConfig):
+    """The double's API in this process on a free port of 127.0.0.1, ready: yields its /v1 base URL (unit tests)."""
+    from .runtime import Log
+
+    srv = ApiServer(cfg, "127.0.0.1", 0, Log())
+    srv.ready.set()
+    try:
+        yield f"http://127.0.0.1:{srv.port}/v1"
+    finally:
+        srv.httpd.shutdown()
+        srv.httpd.server_close()

@@ -8,8 +8,7 @@ import json
 
 import pytest
 from enginesim import vllm_bench
-from enginesim.api import ApiConfig, ApiServer
-from enginesim.runtime import Log
+from enginesim.api import ApiConfig, serving
 from llmb.bench import gate, vllm_bench_argv, vllm_bench_figures, vllm_bench_target
 
 KEY = "sk-bench-test-31"
@@ -17,12 +16,9 @@ KEY = "sk-bench-test-31"
 
 @pytest.fixture()
 def api():
-    cfg = ApiConfig(engine="vllm", version="0.19.1", served_names=["kimi-k2-sim"], model_path="/m", api_keys=[KEY])
-    srv = ApiServer(cfg, "127.0.0.1", 0, Log())
-    srv.ready.set()
-    yield f"http://127.0.0.1:{srv.port}/v1"
-    srv.httpd.shutdown()
-    srv.httpd.server_close()
+    with serving(ApiConfig(engine="vllm", version="0.19.1", served_names=["kimi-k2-sim"], model_path="/m",
+                           api_keys=[KEY])) as url:
+        yield url
 
 
 def test_the_flag_set_is_vllm_0_23_0s_bench_serve():

@@ -12,8 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 from ansible.errors import AnsibleActionFail
-from enginesim.api import ApiConfig, ApiServer
-from enginesim.runtime import Log
+from enginesim.api import ApiConfig, serving
 from llmbctl.serveresult import ServeResultError, converged_results
 
 REPO = Path(__file__).resolve().parents[3]
@@ -23,12 +22,9 @@ CLOCK = {"localhost": {"llmb_stage_started": "2026-11-27T09:00:00.000000Z"}}
 
 @pytest.fixture()
 def server():
-    cfg = ApiConfig(engine="vllm", version="0.19.1", served_names=["kimi-k2-sim"], model_path="/m", api_keys=[KEY])
-    srv = ApiServer(cfg, "127.0.0.1", 0, Log())
-    srv.ready.set()
-    yield f"http://127.0.0.1:{srv.port}/v1"
-    srv.httpd.shutdown()
-    srv.httpd.server_close()
+    with serving(ApiConfig(engine="vllm", version="0.19.1", served_names=["kimi-k2-sim"], model_path="/m",
+                           api_keys=[KEY])) as url:
+        yield url
 
 
 def _hosts(base_url, model="kimi-k2-sim"):
