@@ -42,6 +42,9 @@ def test_a_cold_node_takes_the_warm_nodes_cache(cluster):
     sent = _files(cluster, "node1")
     # node2 as a rebuilt node: no cache and no serve record (an emptied cache alone on a converged cluster
     # is not seen: the serve stage's fast-path gate does not watch the cache)
+    # and nothing of it running: the group stops (its members start again in plan order)
+    for node in ("node2", "node1"):
+        cluster.node(node, "systemctl", "stop", "llmb-vllm")
     cluster.node("node2", "rm", "-rf", CACHE, "/var/lib/llmb/stages/serve.json")
     _serve(cluster)
     marker = json.loads(cluster.node("node2", "cat", MARKER).stdout)
@@ -49,7 +52,10 @@ def test_a_cold_node_takes_the_warm_nodes_cache(cluster):
     assert marker["bytes"] == sum(int(v) for v in sent.values())
     got = _files(cluster, "node2")
     assert all(got.get(path) == size for path, size in sent.items()), "node1's files not all on node2"
-    # the copy held node1's ranks only: node2's engine compiled its own, beside them
+    # the copy held node1's ranks only: node2's engine compiled its own, beside them; node1's loaded its own
+    n1 = cluster.node("node1", "systemctl", "show", "-p", "InvocationID", "--value", "llmb-vllm").stdout.strip()
+    log1 = cluster.node("node1", "journalctl", f"_SYSTEMD_INVOCATION_ID={n1}", "-o", "cat", check=False).stdout
+    assert "Directly load the compiled graph(s)" in log1 and "Compiling a graph" not in log1, log1[-2000:]
     theirs = sorted(set(_rank_dirs(cluster, "node2")) - set(mine))
     assert theirs and not set(theirs) & set(mine), theirs
     run_id = cluster.node("node2", "systemctl", "show", "-p", "InvocationID", "--value", "llmb-vllm").stdout.strip()
