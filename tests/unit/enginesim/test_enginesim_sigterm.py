@@ -12,37 +12,25 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from pathlib import Path
 
-from enginesim.api import ApiConfig, ApiServer
-from enginesim.runtime import Log
+from enginesim.api import ApiConfig, serving
+from enginesim_helpers import free_port, http
 from llmb.bench import run_bench
 
 ROOT = Path(__file__).resolve().parents[3]
 
 
-def _get(url: str) -> tuple[int, bytes]:
-    try:
-        with urllib.request.urlopen(url, timeout=5) as r:
-            return r.status, r.read()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read()
-
-
 def test_get_load_counts_the_requests_running_and_streams_finish(monkeypatch):
     monkeypatch.setenv("LLMB_ENGINESIM_REQUEST_SECONDS", "0.6")
-    srv = ApiServer(ApiConfig(engine="sglang", version="0.5.23", served_names=["m"], model_path="/m"),
-                    "127.0.0.1", 0, Log())
-    srv.ready.set()
-    base = f"http://127.0.0.1:{srv.port}"
-    try:
+    with serving(ApiConfig(engine="sglang", version="0.5.23", served_names=["m"], model_path="/m")) as v1:
+        base = v1.removesuffix("/v1")
         got: dict = {}
         t = threading.Thread(target=lambda: got.update(run_bench(base + "/v1", "m", requests=4, concurrency=4,
                                                                  stream=True)))
         t.start()
         time.sleep(0.3)
-        load = json.loads(_get(base + "/get_load")[1])
+        load = http(base + "/get_load")[1]
         t.join(10)
         assert load[0]["num_reqs"] == 4 and load[0]["num_waiting_reqs"] == 0, load
         assert got["succeeded"] == 4 and got["failed"] == 0 and got["output_token_throughput"] > 0, got
@@ -50,12 +38,9 @@ def test_get_load_counts_the_requests_running_and_streams_finish(monkeypatch):
         # the handler leaves the count once it has written the stream's end, a moment after the client
         # read [DONE]: the drain polls /get_load the same way until it reads 0
         deadline = time.monotonic() + 5
-        while json.loads(_get(base + "/get_load")[1])[0]["num_reqs"] != 0 and time.monotonic() < deadline:
+        while http(base + "/get_load")[1][0]["num_reqs"] != 0 and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert json.loads(_get(base + "/get_load")[1])[0]["num_reqs"] == 0
-    finally:
-        srv.httpd.shutdown()
-        srv.httpd.server_close()
+        assert http(base + "/get_load")[1][0]["num_reqs"] == 0
 
 
 def _serve(tmp_path, port: int, request_s: str) -> subprocess.Popen:
@@ -69,7 +54,7 @@ def _serve(tmp_path, port: int, request_s: str) -> subprocess.Popen:
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         try:
-            if _get(f"http://127.0.0.1:{port}/health")[0] == 200:
+            if http(f"http://127.0.0.1:{port}/health")[0] == 200:
                 return proc
         except OSError:
             pass
@@ -78,15 +63,8 @@ def _serve(tmp_path, port: int, request_s: str) -> subprocess.Popen:
     raise AssertionError(proc.communicate()[0][-2000:])
 
 
-def _free_port() -> int:
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_sigterm_finishes_the_requests_in_flight_and_a_kill_breaks_them(tmp_path):
-    port = _free_port()
+    port = free_port()
     proc = _serve(tmp_path, port, "1.5")
     base = f"http://127.0.0.1:{port}"
     got: dict = {}
@@ -96,7 +74,7 @@ def test_sigterm_finishes_the_requests_in_flight_and_a_kill_breaks_them(tmp_path
     time.sleep(0.5)
     proc.send_signal(signal.SIGTERM)
     time.sleep(0.2)
-    assert _get(base + "/health")[0] == 503  # SGLang's health during its graceful exit
+    assert http(base + "/health")[0] == 503  # SGLang's health during its graceful exit
     t.join(15)
     out = proc.communicate(timeout=15)[0]
     assert proc.returncode == 0, out[-2000:]
