@@ -23,6 +23,7 @@ stage's plan (argv and env) is not touched.
     emunodes.py up        --nodes N                    namespaces, veths, bridge, addresses (pyroute2)
     emunodes.py down      --nodes N                    remove them (idempotent)
     emunodes.py inventory --nodes N --gpus-per-node G --shape a|b|c --out DIR --state DIR --python PY
+                          [--only node3,node4]         those nodes alone: a group of their own
     emunodes.py show      --nodes N --gpus-per-node G  every namespace, address, GPU slice, identity env
     emunodes.py exec      --node NAME [--as-node] -- ARGV...
                                                        run ARGV inside a node's namespace; --as-node
@@ -134,6 +135,14 @@ def node_of(host: str, nodes: list[EmuNode]) -> EmuNode:
         if host in (node.name, node.address):
             return node
     raise UsageError(f"rsh: host {host!r} is no emulated node ({', '.join(n.name + '/' + n.address for n in nodes)})")
+
+
+def only(names: str, nodes: list[EmuNode]) -> list[EmuNode]:
+    """The nodes --only names (comma-separated, in the order given: the first is the group's node rank 0)."""
+    picked = [node_of(n, nodes) for n in names.split(",") if n]
+    if not picked or len({n.name for n in picked}) != len(picked):
+        raise UsageError(f"--only: expected distinct node names of this layout, found {names!r}")
+    return picked
 
 
 def rsh_split(argv: list[str]) -> tuple[str, str]:
@@ -371,7 +380,8 @@ def main(argv: list[str] | None = None) -> int:
             p.add_argument("--out", type=Path, required=True)
             p.add_argument("--state", type=Path, required=True)
             p.add_argument("--python", required=True, help="the interpreter Ansible runs modules with")
-            p.add_argument("--only", help="this node alone (node<i>): an inventory of one host")
+            p.add_argument("--only", help="these nodes alone (node<i>[,node<j>...]): an inventory of them, one serving "
+                                          "group of its own (several groups side by side on one machine)")
             p.add_argument("--platform", help="llmb_platform for these nodes (data/platforms/<name>.yml) in place of "
                            "the common vars' (h200-x2: two GPUs a node); e.g. h100-x1 for nodes of one GPU")
         if name == "show":
@@ -413,7 +423,7 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(show(nodes, a.state), indent=1))
         else:
             if a.only:
-                nodes = [node_of(a.only, nodes)]
+                nodes = only(a.only, nodes)
             if a.platform is not None and (not NAME_RE.match(a.platform)
                                            or not (REPO_DATA / "platforms" / f"{a.platform}.yml").is_file()):
                 raise UsageError(f"--platform: expected a profile of data/platforms, found {a.platform!r}")

@@ -210,3 +210,29 @@ def test_nodes_of_one_gpu_get_a_platform_of_one_gpu_and_a_bad_platform_exits_2(t
                             "--gpus-per-node", "1", "--shape", "a", "--platform", bad, "--out", str(tmp_path / "o"),
                             "--state", str(tmp_path / "s"), "--python", "/usr/bin/python3"], capture_output=True, text=True)
         assert p.returncode == 2 and "--platform" in p.stderr, p.stderr
+
+
+def test_two_groups_side_by_side_each_plans_its_own_launch(tmp_path):
+    """Two serving groups on one 4-GPU machine (the cache run's two samples at once): --only node3,node4 gives
+    an inventory of those nodes alone, planned as a group of its own: node3 is its node rank 0 and master,
+    with its own address and GPU, nothing of the first group's."""
+    nodes = emunodes.layout(4, 1)
+    assert [n.name for n in emunodes.only("node3,node4", nodes)] == ["node3", "node4"]
+    for bad in ("node3,node3", "node9", ","):
+        with pytest.raises(emunodes.UsageError, match="--only|is no emulated node"):
+            emunodes.only(bad, nodes)
+    inv = tmp_path / "inv-b"
+    emunodes.write_inventory(inv, emunodes.only("node3,node4", nodes), "a", "/root/llmb-vllm/bin/python",
+                             tmp_path / "state")
+    venv_bin = ROOT / ".venv" / "bin"
+    p = subprocess.run([str(venv_bin / "python"), str(ROOT / "scripts/launch-plan"), "-i", str(inv), "--format", "json"],
+                       capture_output=True, text=True, env=dict(os.environ, PATH=f"{venv_bin}:{os.environ['PATH']}"))
+    assert p.returncode == 0, p.stderr
+    hosts = {h["host"]: h for h in json.loads(p.stdout)}
+    assert sorted(hosts) == ["node3", "node4"]
+    f3, f4 = (_flags(hosts[h]["services"][0]["argv"]) for h in ("node3", "node4"))
+    assert (f3["--nnodes"], f3["--node-rank"], f4["--node-rank"]) == ("2", "0", "1")
+    assert f3["--master-addr"] == f4["--master-addr"] == "10.99.0.3" and f4["--headless"] is True
+    assert hosts["node3"]["services"][0]["env"]["VLLM_HOST_IP"] == "10.99.0.3"
+    wrapper = (tmp_path / "state" / "interp" / "node4").read_text()
+    assert '\\"CUDA_VISIBLE_DEVICES\\": \\"3\\"' in wrapper or '"CUDA_VISIBLE_DEVICES": "3"' in wrapper
