@@ -4,7 +4,7 @@ compile cache before it (cold, warm or peer: llmb.compile_cache.STATES).
 
 The serve record of a host (<artifacts_dir>/serve/<host>.json) keeps it as ``starts``, a list of
 {service, compile_cache, waited_s, at}: llmbctl.serveresult carries the previous record's list over,
-appends this run's health waits (none on the converged fast path) and keeps the last CAP per service;
+appends this run's health waits of the services it started (none on the converged fast path) and keeps the last CAP per service;
 the report groups it by compile cache state and shows each group's median and count (``summary``, the one
 place that decides the grouping and the median). An entry without a cache state (none was known at its
 start) is grouped as ``unknown``, shown after the three states. Stdlib only.
@@ -71,23 +71,28 @@ def check(raw: Any) -> list[dict[str, Any]]:
     return out
 
 
-def from_run(healthy: Any, compile_cache: Any, at: str) -> list[dict[str, Any]]:
-    """The starts one serve run adds: one per service it health-waited (the record's ``healthy``,
-    [[service, seconds], ...] as roles/serve/tasks/report.yml writes it), with the service's state in the
-    record's ``compile_cache`` ({service: state}; a service it does not name: None)."""
+def from_run(healthy: Any, compile_cache: Any, started: Any, at: str) -> list[dict[str, Any]]:
+    """The starts one serve run adds: one per service it started or restarted (``started``, the record's
+    started_services) and then health-waited (the record's ``healthy``, [[service, seconds], ...] as
+    roles/serve/tasks/report.yml writes it), with the service's state in the record's ``compile_cache``
+    ({service: state}; a service it does not name: None). A service that was already running is
+    health-waited too (healthy at once): that is no start, and adds nothing."""
     if not isinstance(healthy, list):
         raise HistoryError(f"healthy: expected a list of [service, seconds], found {type(healthy).__name__}")
     if not isinstance(compile_cache, Mapping):
         raise HistoryError(f"compile_cache: expected a mapping of service to state, found {type(compile_cache).__name__}")
+    if not isinstance(started, list):
+        raise HistoryError(f"started_services: expected a list of service names, found {type(started).__name__}")
+    names = {_text(s, f"started_services[{i}]") for i, s in enumerate(started)}
     out = []
     for i, row in enumerate(healthy):
         if not isinstance(row, (list, tuple)) or len(row) != 2:
             raise HistoryError(f"healthy[{i}]: expected [service, seconds], found {row!r:.80}")
         service = _text(row[0], f"healthy[{i}] service")
-        out.append({"service": service,
-                    "compile_cache": _state(compile_cache.get(service), f"compile_cache.{service}"),
-                    "waited_s": _seconds(row[1], f"healthy[{i}] seconds"),
-                    "at": _text(at, "at")})
+        waited = _seconds(row[1], f"healthy[{i}] seconds")
+        if service in names:
+            out.append({"service": service, "compile_cache": _state(compile_cache.get(service), f"compile_cache.{service}"),
+                        "waited_s": waited, "at": _text(at, "at")})
     return out
 
 

@@ -280,8 +280,10 @@ def test_serve_start_history_medians_per_compile_cache_state(tmp_path):
     times = {"cold": [250.1, 260.5], "warm": [160.2, 168.6, 171.0], "peer": [201.0]}
     for state in ("cold", "warm", "peer"):
         for t in times[state]:
-            record_serve(str(run), "node1", {"healthy": [["llmb-vllm", t]], "compile_cache": {"llmb-vllm": state}})
-    record_serve(str(run), "node2", {"healthy": [["llmb-vllm", 40.0]], "compile_cache": {}})  # no state known
+            record_serve(str(run), "node1", {"healthy": [["llmb-vllm", t]], "compile_cache": {"llmb-vllm": state},
+                                             "started_services": ["llmb-vllm"]})
+    record_serve(str(run), "node2", {"healthy": [["llmb-vllm", 40.0]], "compile_cache": {},  # no state known
+                                     "started_services": ["llmb-vllm"]})
     for host in ("node1", "node2"):  # the converged re-run: nothing started
         record_serve(str(run), host, {"healthy": [], "compile_cache": {}})
     rep = write_report(str(run))

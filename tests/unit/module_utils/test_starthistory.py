@@ -13,10 +13,12 @@ def _start(service, waited_s, cache, at="2026-11-27T10:00:00Z"):
     return {"service": service, "compile_cache": cache, "waited_s": waited_s, "at": at}
 
 
-def test_a_runs_health_waits_become_starts_with_their_cache_state():
-    got = from_run([["llmb-ray", 2], ["llmb-vllm", 124.6]], {"llmb-vllm": "cold"}, "2026-11-27T10:00:00Z")
-    assert got == [_start("llmb-ray", 2.0, None), _start("llmb-vllm", 124.6, "cold")]
-    assert from_run([], {}, "t") == []  # the converged fast path: nothing health-waited, nothing added
+def test_a_runs_health_waits_of_the_services_it_started_become_starts_with_their_cache_state():
+    waits = [["llmb-ray", 2], ["llmb-vllm", 124.6], ["llmb-router", 0.1]]
+    got = from_run(waits, {"llmb-vllm": "cold"}, ["llmb-ray", "llmb-vllm"], "2026-11-27T10:00:00Z")
+    assert got == [_start("llmb-ray", 2.0, None), _start("llmb-vllm", 124.6, "cold")]  # the router ran already
+    assert from_run(waits, {}, [], "t") == []  # nothing started: healthy at once is no start
+    assert from_run([], {}, [], "t") == []  # the converged fast path: nothing health-waited, nothing added
 
 
 @pytest.mark.parametrize(("healthy", "cache", "match"), [
@@ -31,7 +33,9 @@ def test_a_runs_health_waits_become_starts_with_their_cache_state():
 ])
 def test_a_runs_health_waits_that_are_not_the_records_are_refused(healthy, cache, match):
     with pytest.raises(HistoryError, match=match):
-        from_run(healthy, cache, "2026-11-27T10:00:00Z")
+        from_run(healthy, cache, ["llmb-vllm"], "2026-11-27T10:00:00Z")
+    with pytest.raises(HistoryError, match="started_services"):
+        from_run([], {}, "llmb-vllm", "t")
 
 
 def test_merge_appends_and_keeps_the_last_cap_of_each_service():

@@ -31,11 +31,11 @@ def _load(name):
     return act
 
 
-def _report_yml_run(tmp_path, host, healthy, cache):
+def _report_yml_run(tmp_path, host, healthy, cache, started=("llmb-vllm",)):
     """What roles/serve/tasks/report.yml hands llmb_record."""
     args = {"artifacts_dir": str(tmp_path), "stage": "serve", "host": None, "hosts": [],
-            "data": {"services": ["llmb-vllm"], "restarted": ["llmb-vllm"], "smoke": [], "healthy": healthy,
-                     "compile_cache": cache}}
+            "data": {"services": ["llmb-vllm"], "restarted": [], "smoke": [], "healthy": healthy,
+                     "compile_cache": cache, "started_services": list(started)}}
     return _load("llmb_record").act(args, {"inventory_hostname": host, "hostvars": CLOCK}, {})
 
 
@@ -47,18 +47,21 @@ def test_each_run_appends_its_health_waits_to_the_previous_history(tmp_path):
     _report_yml_run(tmp_path, "node1", [["llmb-vllm", 250.5]], {"llmb-vllm": "cold"})
     got = _report_yml_run(tmp_path, "node1", [["llmb-vllm", 160.0]], {"llmb-vllm": "warm"})
     assert "warnings" not in got
+    # a per-host run that started nothing here (another host changed): healthy at once, no start
+    _report_yml_run(tmp_path, "node1", [["llmb-vllm", 0.1]], {"llmb-vllm": "warm"}, started=())
     starts = _starts(tmp_path, "node1")
     assert [(s["service"], s["compile_cache"], s["waited_s"]) for s in starts] == \
         [("llmb-vllm", "cold", 250.5), ("llmb-vllm", "warm", 160.0)]
     assert all(s["at"].endswith("Z") for s in starts)
     # the record is still the run's own: its healthy is this run's wait alone
-    assert json.loads((tmp_path / "serve" / "node1.json").read_text())["healthy"] == [["llmb-vllm", 160.0]]
+    assert json.loads((tmp_path / "serve" / "node1.json").read_text())["healthy"] == [["llmb-vllm", 0.1]]
     assert not (tmp_path / "serve" / "node2.json").exists()  # one host's history is its own
 
 
 def test_the_history_keeps_the_last_cap_starts_of_a_service(tmp_path):
     for i in range(CAP + 3):
-        record_serve(str(tmp_path), "node1", {"healthy": [["llmb-vllm", float(i)]], "compile_cache": {}})
+        record_serve(str(tmp_path), "node1", {"healthy": [["llmb-vllm", float(i)]], "compile_cache": {},
+                                              "started_services": ["llmb-vllm"]})
     assert [s["waited_s"] for s in _starts(tmp_path, "node1")] == [float(i) for i in range(3, CAP + 3)]
 
 
@@ -112,7 +115,8 @@ def test_a_previous_record_that_is_a_link_is_not_followed(tmp_path):
 def test_an_older_record_without_a_history_starts_one_quietly(tmp_path):
     (tmp_path / "serve").mkdir()
     (tmp_path / "serve" / "node1.json").write_text(json.dumps({"host": "node1", "healthy": [["llmb-vllm", 9.0]]}))
-    path, warning = record_serve(str(tmp_path), "node1", {"healthy": [["llmb-vllm", 8.0]], "compile_cache": {}})
+    path, warning = record_serve(str(tmp_path), "node1", {"healthy": [["llmb-vllm", 8.0]], "compile_cache": {},
+                                                          "started_services": ["llmb-vllm"]})
     assert warning is None and [s["waited_s"] for s in _starts(tmp_path, "node1")] == [8.0]
 
 
