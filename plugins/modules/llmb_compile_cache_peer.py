@@ -11,7 +11,9 @@ description:
     sha256) and starts the weights relay's HTTP server over the directory as the unit C(llmb-cache-relay-<service>)
     on O(address):O(port) + the service's index in O(dirs). A cache with a link, a special file, or a file or
     directory others cannot read is not served (the relay runs as a DynamicUser): RV(manifests) gives its
-    reasons under C(unservable) and the receivers stay cold."
+    reasons under C(unservable) and the receivers stay cold. Files and directories the engine wrote private
+    (vLLM 0.26.0 writes some with mode 0600) are first given read access for others (C(opened), with a warning);
+    a link or a special file is never changed nor served."
   - "O(state=received): for each service in O(receive) ({cache_dir, url, source, digest, files}), pulls every file
     through the weights stage's peer fetch (size and sha256 on arrival) into a staging directory beside the cache,
     writes the marker C(.llmb-cache-peer.json) last and renames the staging directory onto the cold cache."
@@ -38,7 +40,7 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
-manifests: {description: "Service to {files, unservable, url, manifest_sha256} (serving).", type: dict, returned: always}
+manifests: {description: "Service to {files, unservable, opened, url, manifest_sha256} (serving).", type: dict, returned: always}
 received: {description: "Service to the marker written (peer, digest, manifest_sha256, files, bytes) and seconds.", type: dict, returned: always}
 """
 
@@ -68,7 +70,16 @@ def serve(m, dirs, address, port, timeout):
     out = {}
     for i, (name, path) in enumerate(compile_cache.check_dirs(dirs)):
         unit = unit_name(name)
-        man = compile_cache.manifest(path) if os.path.isdir(path) else {"files": [], "unservable": [f"{path}: missing"]}
+        opened = compile_cache.open_for_relay(path, check=m.check_mode) if os.path.isdir(path) else []
+        if os.path.isdir(path):
+            # in check mode nothing was opened: list what would be served once it is
+            man = compile_cache.manifest(path, modes=not (opened and m.check_mode))
+        else:
+            man = {"files": [], "unservable": [f"{path}: missing"]}
+        man["opened"] = opened
+        if opened:
+            m.warn(f"{m.params['host']}: the compile cache of {name}: gave others read access to {len(opened)} "
+                   f"entr{'y' if len(opened) == 1 else 'ies'} the engine wrote private, for the relay (e.g. {'; '.join(opened[:3])})")
         if not man["files"]:
             man["unservable"].append(f"{path}: no file")
         entry = dict(man, url=url(address, port + i), manifest_sha256=compile_cache.manifest_sha256(man["files"]))
@@ -132,7 +143,7 @@ def main():
             if not 1 <= p["port"] <= 65535 - len(p["dirs"]):
                 raise ValueError(f"port: expected a TCP port with room for {len(p['dirs'])} relays, found {p['port']}")
             man = serve(m, p["dirs"], p["address"], p["port"], p["timeout"])
-            m.exit_json(changed=any(not e["unservable"] for e in man.values()), manifests=man, received={})
+            m.exit_json(changed=any(not e["unservable"] or e["opened"] for e in man.values()), manifests=man, received={})
         got = receive(m, p["receive"], p["timeout"])
         m.exit_json(changed=bool(got), manifests={}, received=got)
     except ValueError as exc:

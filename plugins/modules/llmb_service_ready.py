@@ -52,6 +52,7 @@ RETURN = r"""
 alive: {description: "With alive=true: whether the service is running.", type: bool, returned: when alive is true}
 why: {description: "With alive=true: why it is not running (unit failed, restarting, gone).", type: str, returned: when alive is true}
 waited_s: {description: Seconds waited., type: float, returned: always}
+since_start_s: {description: "Seconds from the service's (last) start to healthy: systemd's ExecMainStartTimestampMonotonic, a container's StartedAt.", type: float, returned: when healthy and the start time is known}
 engine_error: {description: "The engine's own error line from the log tail (last exception or usage error), on failure.", type: str, returned: failure}
 cause: {description: "On failure: exited, restarting, gone, not-ready, not-joined, unhealthy, wrong-model.", type: str, returned: failure}
 models: {description: Model ids listed by /v1/models when a health spec was given., type: list, returned: success}

@@ -91,16 +91,51 @@ def _sha256(path: str) -> str:
     return h.hexdigest()
 
 
-def manifest(path: str) -> dict:
+def open_for_relay(path: str, check: bool = False) -> list[str]:
+    """Give others read access (and search on directories) to what the engine wrote private in the cache
+    ``path``, so the relay's DynamicUser can serve it: vLLM 0.26.0 writes some entries with mkstemp, 0600
+    (its FlashInfer autotune configs). Adds the bits only (``o+r`` on a regular file, ``o+rx`` on a
+    directory), follows no link and touches nothing else (a link or special file stays unservable: see
+    ``manifest``). Returns the entries opened (relative; '.' for ``path`` itself), or in ``check`` mode
+    those it would open."""
+    root = os.path.normpath(path)
+    opened = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        rel_dir = os.path.relpath(dirpath, root)
+        targets = [(dirpath, rel_dir, True)]
+        targets += [(os.path.join(dirpath, n), n if rel_dir == "." else f"{rel_dir}/{n}", False) for n in filenames]
+        for full, rel, is_dir in targets:
+            want = stat.S_IROTH | (stat.S_IXOTH if is_dir else 0)
+            flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | (os.O_DIRECTORY if is_dir else 0)
+            try:
+                lst = os.lstat(full)
+                if not (stat.S_ISDIR(lst.st_mode) if is_dir else stat.S_ISREG(lst.st_mode)):
+                    continue  # never open a device or a pipe
+                fd = os.open(full, flags)
+            except OSError:
+                continue  # a link, gone meanwhile, or a special file: manifest says why it is not served
+            try:
+                st = os.fstat(fd)
+                if (stat.S_ISDIR(st.st_mode) if is_dir else stat.S_ISREG(st.st_mode)) and st.st_mode & want != want:
+                    opened.append(rel)
+                    if not check:
+                        os.fchmod(fd, stat.S_IMODE(st.st_mode) | want)
+            finally:
+                os.close(fd)
+    return opened
+
+
+def manifest(path: str, modes: bool = True) -> dict:
     """{"files": [{path, size, sha256}] (sorted, relative), "unservable": [reasons]} of the cache ``path``.
     Unservable: a link (the relay would follow it out of the cache), a special file, or a file or
-    directory the relay's DynamicUser cannot read (no read bit for others; no search bit on a directory)."""
+    directory the relay's DynamicUser cannot read (no read bit for others; no search bit on a directory;
+    not looked at with ``modes`` false: what ``open_for_relay`` would give)."""
     files, bad = [], []
     root = os.path.normpath(path)
     for dirpath, dirnames, filenames in os.walk(root):
         rel_dir = os.path.relpath(dirpath, root)
         st = os.stat(dirpath)
-        if not st.st_mode & stat.S_IXOTH or not st.st_mode & stat.S_IROTH:
+        if modes and (not st.st_mode & stat.S_IXOTH or not st.st_mode & stat.S_IROTH):
             bad.append(f"{dirpath}: directory mode {stat.S_IMODE(st.st_mode):04o} (others cannot list it)")
         for d in list(dirnames):
             if os.path.islink(os.path.join(dirpath, d)):
@@ -115,7 +150,7 @@ def manifest(path: str) -> dict:
             if stat.S_ISLNK(lst.st_mode) or not stat.S_ISREG(lst.st_mode):
                 bad.append(f"{full}: {'a link' if stat.S_ISLNK(lst.st_mode) else 'not a regular file'}")
                 continue
-            if not lst.st_mode & stat.S_IROTH:
+            if modes and not lst.st_mode & stat.S_IROTH:
                 bad.append(f"{full}: mode {stat.S_IMODE(lst.st_mode):04o} (others cannot read it)")
                 continue
             files.append({"path": rel, "size": lst.st_size, "sha256": _sha256(full)})

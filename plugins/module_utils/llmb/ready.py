@@ -7,7 +7,9 @@ everything it decides is here, node-side: stdlib only, python3 >= 3.9. ``run`` i
 
 from __future__ import annotations
 
+import datetime
 import json
+import re
 import socket
 import time
 import urllib.error
@@ -88,6 +90,23 @@ class Watch:
         except ValueError:
             return 0
 
+    def started_s_ago(self) -> float | None:
+        """Seconds since the service's main process started (its last start, a restart's included): systemd's
+        ExecMainStartTimestampMonotonic (CLOCK_MONOTONIC, as time.monotonic), a container's State.StartedAt;
+        None where there is no answer (never started, an exec service, a value that does not parse)."""
+        if self.kind == "container":
+            rc, out, _ = self.run(["docker", "inspect", "-f", "{{.State.StartedAt}}", self.name])
+            at = parse_rfc3339(out.strip()) if rc == 0 else None
+            return max(0.0, time.time() - at) if at else None
+        if self.exec_in:
+            return None
+        rc, out, _ = self.run(["systemctl", "show", self.name, "-p", "ExecMainStartTimestampMonotonic", "--value"])
+        try:
+            usec = int(out.strip()) if rc == 0 else 0
+        except ValueError:
+            return None
+        return max(0.0, time.monotonic() - usec / 1e6) if usec > 0 else None
+
     # how far back the engine's own error is looked for when the tail only holds a wrapper (vLLM
     # 0.26.0: the root cause 100 lines above "See root cause above", Ray's clean-up in between)
     CAUSE_LINES = 2000
@@ -138,6 +157,20 @@ def alive(watch: Watch) -> dict[str, Any]:
     return {"alive": False, "why": why, "cause": err.cause, "engine_error": err.engine_error}
 
 
+def parse_rfc3339(text: str) -> float | None:
+    """Seconds since the epoch of Docker's State.StartedAt ('2026-11-27T15:40:00.123456789Z', or an offset);
+    None for Docker's zero time (never started) or anything else."""
+    m = re.fullmatch(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d+))?(Z|[+-]\d\d:\d\d)", text)
+    if not m or m.group(1).startswith("0001-"):
+        return None
+    tz = "+00:00" if m.group(3) == "Z" else m.group(3)
+    try:
+        at = datetime.datetime.fromisoformat(m.group(1) + tz).timestamp()
+    except ValueError:
+        return None
+    return at + (float("0." + m.group(2)) if m.group(2) else 0.0)
+
+
 def wait(watch: Watch, ready: dict | None, health: dict | None, timeout_s: int | None = None,
          interval_s: int = 5, role: str | None = None, api_key: str | None = None,
          proc: str = "/proc", sleep: Callable[[float], None] = time.sleep) -> dict[str, Any]:
@@ -168,7 +201,9 @@ def wait(watch: Watch, ready: dict | None, health: dict | None, timeout_s: int |
                     models = []
                 want = spec.get("expect_model")
                 if not want or want in models:
-                    return {"waited_s": round(waited, 1), "models": models}
+                    since = watch.started_s_ago()  # time to healthy from the start, not from this wait
+                    return {"waited_s": round(waited, 1), "models": models,
+                            **({"since_start_s": round(since, 1)} if since is not None else {})}
                 raise watch.not_ready(
                     f"healthy, but GET {spec.get('models_path', '/v1/models')} lists {models} (HTTP {mstatus}), "
                     f"not the served name {want!r}: clients asking for {want!r} get 404", waited, "wrong-model")

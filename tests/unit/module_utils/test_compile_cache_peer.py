@@ -144,21 +144,70 @@ def test_the_module_serves_receives_and_stops(warm, server, tmp_path, monkeypatc
     assert stopped == ["llmb-cache-relay-llmb-vllm"]
 
 
-def test_the_module_does_not_serve_a_private_cache(warm, monkeypatch, capsys):
+def _private_like_vllm(warm):
+    """What the real vLLM 0.26.0 cache held: FlashInfer's autotune configs written with mkstemp (0600) in a
+    directory of its own (vllm/model_executor/warmup/flashinfer_autotune_cache.py)."""
+    d = warm / "flashinfer_autotune_cache" / "90" / "cached_ops" / ("f" * 64)
+    d.mkdir(parents=True)
+    (d / "autotune_configs.json").write_text("{}")
+    (d / "autotune_configs.json").chmod(0o600)
+    d.chmod(0o700)
+    return d
+
+
+def test_open_for_relay_adds_read_for_others_only_and_follows_no_link(warm, tmp_path):
+    d = _private_like_vllm(warm)
+    (warm / "triton" / "k.cubin").chmod(0o640)
+    outside = tmp_path / "secret"
+    outside.write_text("x")
+    outside.chmod(0o600)
+    (warm / "triton" / "out").symlink_to(outside)
+    rel = "flashinfer_autotune_cache/90/cached_ops/" + "f" * 64
+    assert cc.open_for_relay(str(warm), check=True) == [rel, rel + "/autotune_configs.json", "triton/k.cubin"]
+    assert (d / "autotune_configs.json").stat().st_mode & 0o777 == 0o600  # check mode changes nothing
+    assert sorted(cc.open_for_relay(str(warm))) == sorted([rel, rel + "/autotune_configs.json", "triton/k.cubin"])
+    assert (d / "autotune_configs.json").stat().st_mode & 0o777 == 0o604  # the bits added, nothing else
+    assert d.stat().st_mode & 0o777 == 0o705 and (warm / "triton" / "k.cubin").stat().st_mode & 0o777 == 0o644
+    assert outside.stat().st_mode & 0o777 == 0o600  # the link's target untouched
+    assert cc.open_for_relay(str(warm)) == []  # once is enough
+    assert any("triton/out: a link" in r for r in cc.manifest(str(warm))["unservable"])
+
+
+def test_the_module_serves_a_cache_the_engine_wrote_private(warm, monkeypatch, capsys):
     from ansible.module_utils import basic
 
-    (warm / "triton" / "k.cubin").chmod(0o600)
-    monkeypatch.setattr(relay, "start", lambda *a, **k: pytest.fail("served a cache others cannot read"))
+    d = _private_like_vllm(warm)
+    started = []
+    monkeypatch.setattr(relay, "start", lambda port, addr, path, unit, timeout: started.append(path))
+    said = []
+    monkeypatch.setattr(basic.AnsibleModule, "warn", lambda self, msg: said.append(msg))
+    args = {"state": "serving", "dirs": {"llmb-vllm": str(warm)}, "address": "10.0.0.1", "host": "n1"}
+    # check mode: nothing opened nor started, the manifest is what it would serve
+    seen = run_module("llmb_compile_cache_peer", dict(args, _ansible_check_mode=True), monkeypatch, capsys)
+    man = seen["manifests"]["llmb-vllm"]
+    assert started == [] and (d / "autotune_configs.json").stat().st_mode & 0o777 == 0o600
+    assert man["unservable"] == [] and len(man["files"]) == 3 and len(man["opened"]) == 2 and seen["changed"] is True
+    sent = run_module("llmb_compile_cache_peer", args, monkeypatch, capsys)
+    man = sent["manifests"]["llmb-vllm"]
+    assert started == [str(warm)] and man["unservable"] == [] and sent["changed"] is True
+    assert any(f["path"].endswith("autotune_configs.json") for f in man["files"])
+    assert said[-1].startswith("n1: the compile cache of llmb-vllm: gave others read access to 2 entries")
+
+
+def test_the_module_does_not_serve_a_cache_with_a_link(warm, tmp_path, monkeypatch, capsys):
+    from ansible.module_utils import basic
+
+    (warm / "triton" / "out").symlink_to(tmp_path)
+    monkeypatch.setattr(relay, "start", lambda *a, **k: pytest.fail("served a cache with a link out of it"))
     said = []
     monkeypatch.setattr(basic.AnsibleModule, "warn", lambda self, msg: said.append(msg))
     sent = run_module("llmb_compile_cache_peer", {"state": "serving", "dirs": {"llmb-vllm": str(warm)},
                                                   "address": "10.0.0.1", "host": "n1"}, monkeypatch, capsys)
-    assert sent["changed"] is False and "mode 0600" in sent["manifests"]["llmb-vllm"]["unservable"][0]
-    # said on the sender, with what the relay cannot read (the real vLLM 0.26.0 cache was refused so, silently,
-    # on 2x H200: docs/real-hardware.md)
+    assert sent["changed"] is False and "a link" in sent["manifests"]["llmb-vllm"]["unservable"][0]
+    # said on the sender (the real vLLM 0.26.0 cache was refused silently on 2x H200: docs/real-hardware.md)
     (w,) = said
     assert w.startswith("n1: the compile cache of llmb-vllm is not served to its cold peers (they start cold)")
-    assert "1 entry" in w and "k.cubin: mode 0600" in w
+    assert "1 entry" in w and "triton/out: a link" in w
 
 
 def test_the_module_refuses_a_bad_receive(tmp_path, monkeypatch, capsys):

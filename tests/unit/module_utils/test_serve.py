@@ -309,3 +309,93 @@ def test_group_members_filter_reads_every_hosts_look():
                                                                      ("node2", "llmb-vllm", False)]
     v = f["llmb_group_verdict"](members)
     assert not v["whole"] and "node2: llmb-vllm (vllm-headless): unit failed" in v["msg"]
+
+
+def _health_server():
+    """A local API answering /health 200 and /v1/models with one model (what wait() polls)."""
+    import http.server
+    import threading
+
+    class H(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = b'{"data": [{"id": "kimi-k2"}]}' if self.path == "/v1/models" else b""
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *a):
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    return srv
+
+
+@pytest.mark.parametrize("kind,answer,expect", [
+    # systemd: the unit's main process started 250 s ago on CLOCK_MONOTONIC (microseconds)
+    ("systemd", lambda now_mono, now_wall: str(int((now_mono - 250.0) * 1e6)), 250.0),
+    # a container: Docker's StartedAt, RFC 3339 with nanoseconds, 90.5 s ago
+    ("container", lambda now_mono, now_wall: __import__("datetime").datetime.fromtimestamp(
+        now_wall - 90.5, __import__("datetime").timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f") + "123Z", 90.5),
+    ("systemd", lambda now_mono, now_wall: "0", None),  # never started: systemd says 0
+    ("container", lambda now_mono, now_wall: "0001-01-01T00:00:00Z", None),  # Docker's zero time
+    ("systemd", lambda now_mono, now_wall: "n/a", None),
+])
+def test_healthy_says_the_time_since_the_services_start_not_only_the_wait(kind, answer, expect):
+    """A group's rank 0 is started first and its API is waited for last (after every level): the wait alone
+    left out the first node's lead (75-114 s of the 255 s cold start on 2x H200, vLLM 0.26.0). The result
+    carries the time since the unit's (or container's) start beside the wait."""
+    import time as _t
+
+    from llmb.ready import Watch, wait
+
+    srv = _health_server()
+    try:
+        stamp = answer(_t.monotonic(), _t.time())
+
+        def run(argv):
+            if argv[:2] == ["systemctl", "show"] and "ExecMainStartTimestampMonotonic" in argv:
+                return 0, stamp + "\n", ""
+            if argv[:2] == ["docker", "inspect"] and "{{.State.StartedAt}}" in argv:
+                return 0, stamp + "\n", ""
+            if argv[:2] == ["docker", "inspect"]:
+                return 0, "true running 0 0\n", ""
+            return 0, RUNNING, ""
+
+        w = Watch(run, "llmb-vllm", kind)
+        w.dead = lambda: None
+        url = f"http://127.0.0.1:{srv.server_address[1]}/health"
+        got = wait(w, None, {"url": url, "expect_model": "kimi-k2"}, timeout_s=5, interval_s=1)
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    assert got["models"] == ["kimi-k2"] and got["waited_s"] < 5
+    if expect is None:
+        assert "since_start_s" not in got
+    else:
+        assert expect <= got["since_start_s"] < expect + 5
+
+
+def test_an_exec_service_has_no_start_of_its_own():
+    from llmb.ready import Watch
+
+    def run(argv):
+        raise AssertionError(f"asked {argv}: an exec service runs inside another's container")
+
+    w = Watch.__new__(Watch)
+    w.run, w.name, w.kind, w.exec_in, w.log_lines = run, "sglang-router", "exec", "llmb-sglang", 40
+    assert w.started_s_ago() is None
+
+
+def test_the_device_runners_systemctl_answers_the_start_on_the_monotonic_clock(tmp_path):
+    """tests/device/engine-runner stands in for systemd on the GPU machine: its `show` gives the same
+    property, from the time it wrote at the start."""
+    import time as _t
+
+    runner = Path(__file__).resolve().parents[3] / "tests/device/engine-runner"
+    (tmp_path / "llmb-vllm.pid").write_text(f"{os.getpid()}\n")
+    (tmp_path / "llmb-vllm.started").write_text(f"{_t.time() - 42.0}\n")
+    out = subprocess.run([sys.executable, str(runner), "show", "llmb-vllm", "-p", "ExecMainStartTimestampMonotonic",
+                          "--value", "--state", str(tmp_path)], capture_output=True, text=True, check=True).stdout
+    assert 42.0 <= _t.monotonic() - int(out) / 1e6 < 47.0
