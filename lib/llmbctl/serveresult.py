@@ -134,8 +134,8 @@ def record_serve(artifacts_dir: str, host: str, data: Mapping[str, Any], started
                  at: str | None = None) -> tuple[str, str | None]:
     """Write the host's serve record (llmbctl.results.record) with ``starts``: the history of its previous
     record, then one start per service this run started (``data['started_services']``; none without it)
-    and health-waited (``data['healthy']``), its cache state from ``data['compile_cache']``, ``at`` now in
-    UTC unless given, the last starthistory.CAP per service.
+    and health-waited (``data['healthy']``), its cache state from ``data['compile_cache']``, its time from
+    start to healthy from ``data['since_start_s']`` where known, ``at`` now in UTC unless given, the last starthistory.CAP per service.
     Returns (path, warning): a warning naming the host and the file where the previous history could not
     be read and a fresh one was started. Raises ServeResultError where this run's ``healthy`` or
     ``compile_cache`` is not what roles/serve/tasks/report.yml writes."""
@@ -143,7 +143,7 @@ def record_serve(artifacts_dir: str, host: str, data: Mapping[str, Any], started
     previous, why = _previous_starts(path)
     try:
         new = starthistory.from_run(data.get("healthy") or [], data.get("compile_cache") or {},
-                                    data.get("started_services") or [], at or _now())
+                                    data.get("started_services") or [], at or _now(), data.get("since_start_s"))
     except starthistory.HistoryError as err:
         raise ServeResultError(f"{host}: serve record: {err}") from None
     warning = (f"{host}: serve record {path}: its start history cannot be used ({why}); starting a fresh one"

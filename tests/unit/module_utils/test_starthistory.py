@@ -9,8 +9,8 @@ import pytest
 from llmb.starthistory import CAP, HistoryError, check, from_run, merge, summary
 
 
-def _start(service, waited_s, cache, at="2026-11-27T10:00:00Z"):
-    return {"service": service, "compile_cache": cache, "waited_s": waited_s, "at": at}
+def _start(service, waited_s, cache, at="2026-11-27T10:00:00Z", since_start_s=None):
+    return {"service": service, "compile_cache": cache, "waited_s": waited_s, "since_start_s": since_start_s, "at": at}
 
 
 def test_a_runs_health_waits_of_the_services_it_started_become_starts_with_their_cache_state():
@@ -19,6 +19,11 @@ def test_a_runs_health_waits_of_the_services_it_started_become_starts_with_their
     assert got == [_start("llmb-ray", 2.0, None), _start("llmb-vllm", 124.6, "cold")]  # the router ran already
     assert from_run(waits, {}, [], "t") == []  # nothing started: healthy at once is no start
     assert from_run([], {}, [], "t") == []  # the converged fast path: nothing health-waited, nothing added
+    # the time from each service's start, where the health wait knew it
+    got = from_run(waits, {"llmb-vllm": "cold"}, ["llmb-vllm"], "t", {"llmb-vllm": 190.5, "llmb-router": 3.0})
+    assert got == [_start("llmb-vllm", 124.6, "cold", at="t", since_start_s=190.5)]
+    with pytest.raises(HistoryError, match="since_start_s.llmb-vllm"):
+        from_run(waits, {}, ["llmb-vllm"], "t", {"llmb-vllm": "long"})
 
 
 @pytest.mark.parametrize(("healthy", "cache", "match"), [
@@ -77,3 +82,13 @@ def test_summary_is_the_median_and_count_per_cache_state_in_state_order():
     assert groups["cold"]["median_s"] == pytest.approx((255.0 + 255.6) / 2)  # an even count: the mean of the middle two
     assert groups["warm"]["median_s"] == 160.2  # an odd count: the middle one, not the mean
     assert got[1]["groups"] == [{"compile_cache": "unknown", "median_s": 3.0, "count": 1}]  # no state known
+
+
+def test_the_time_from_the_start_wins_over_the_health_wait_where_known():
+    # warm: two starts with the time since the start (the wait after the levels is shorter), one without
+    starts = [_start("llmb-vllm", 10.0, "warm", since_start_s=160.0), _start("llmb-vllm", 12.0, "warm", since_start_s=170.0),
+              _start("llmb-vllm", 150.0, "warm")]
+    (vllm,) = summary(check(starts))
+    assert vllm["groups"] == [{"compile_cache": "warm", "median_s": statistics.median([160.0, 170.0, 150.0]), "count": 3}]
+    old = [{"service": "llmb-vllm", "compile_cache": "cold", "waited_s": 9.0, "at": "t"}]  # written before since_start_s
+    assert check(old)[0]["since_start_s"] is None

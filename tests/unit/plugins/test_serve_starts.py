@@ -31,11 +31,11 @@ def _load(name):
     return act
 
 
-def _report_yml_run(tmp_path, host, healthy, cache, started=("llmb-vllm",)):
+def _report_yml_run(tmp_path, host, healthy, cache, started=("llmb-vllm",), since=None):
     """What roles/serve/tasks/report.yml hands llmb_record."""
     args = {"artifacts_dir": str(tmp_path), "stage": "serve", "host": None, "hosts": [],
             "data": {"services": ["llmb-vllm"], "restarted": [], "smoke": [], "healthy": healthy,
-                     "compile_cache": cache, "started_services": list(started)}}
+                     "compile_cache": cache, "started_services": list(started), "since_start_s": since or {}}}
     return _load("llmb_record").act(args, {"inventory_hostname": host, "hostvars": CLOCK}, {})
 
 
@@ -45,13 +45,13 @@ def _starts(tmp_path, host):
 
 def test_each_run_appends_its_health_waits_to_the_previous_history(tmp_path):
     _report_yml_run(tmp_path, "node1", [["llmb-vllm", 250.5]], {"llmb-vllm": "cold"})
-    got = _report_yml_run(tmp_path, "node1", [["llmb-vllm", 160.0]], {"llmb-vllm": "warm"})
+    got = _report_yml_run(tmp_path, "node1", [["llmb-vllm", 160.0]], {"llmb-vllm": "warm"}, since={"llmb-vllm": 171.5})
     assert "warnings" not in got
     # a per-host run that started nothing here (another host changed): healthy at once, no start
     _report_yml_run(tmp_path, "node1", [["llmb-vllm", 0.1]], {"llmb-vllm": "warm"}, started=())
     starts = _starts(tmp_path, "node1")
-    assert [(s["service"], s["compile_cache"], s["waited_s"]) for s in starts] == \
-        [("llmb-vllm", "cold", 250.5), ("llmb-vllm", "warm", 160.0)]
+    assert [(s["service"], s["compile_cache"], s["waited_s"], s["since_start_s"]) for s in starts] == \
+        [("llmb-vllm", "cold", 250.5, None), ("llmb-vllm", "warm", 160.0, 171.5)]
     assert all(s["at"].endswith("Z") for s in starts)
     # the record is still the run's own: its healthy is this run's wait alone
     assert json.loads((tmp_path / "serve" / "node1.json").read_text())["healthy"] == [["llmb-vllm", 0.1]]
