@@ -135,7 +135,8 @@ def record_serve(artifacts_dir: str, host: str, data: Mapping[str, Any], started
     """Write the host's serve record (llmbctl.results.record) with ``starts``: the history of its previous
     record, then one start per service this run started (``data['started_services']``; none without it)
     and health-waited (``data['healthy']``), its cache state from ``data['compile_cache']``, its time from
-    start to healthy from ``data['since_start_s']`` where known, ``at`` now in UTC unless given, the last starthistory.CAP per service.
+    start to healthy from ``data['since_start_s']`` where known, ``at`` now in UTC unless given; the last
+    starthistory.CAP per service kept.
     Returns (path, warning): a warning naming the host and the file where the previous history could not
     be read and a fresh one was started. Raises ServeResultError where this run's ``healthy`` or
     ``compile_cache`` is not what roles/serve/tasks/report.yml writes."""

@@ -1,7 +1,7 @@
 """llmb_serve_converged: where serve's fast path found the stage converged on every host, smoke-test every
 planned API endpoint from the controller (llmb.smoke, the checks llmb_smoke makes) and write every host's
-serve result (llmbctl.serveresult.record_serve: the start history carried over), in one task run once: the logic is llmbctl.serveresult. Where an
-endpoint fails a check, nothing is written and ``recorded`` is false: serve.yml then smoke-tests and
+serve result (llmbctl.serveresult.record_serve: the start history carried over), in one task run once:
+the logic is llmbctl.serveresult. Where an endpoint fails a check, nothing is written and ``recorded`` is false: serve.yml then smoke-tests and
 records per host as ever, the failure named on its host. Documentation: plugins/modules/llmb_serve_converged.py.
 """
 
