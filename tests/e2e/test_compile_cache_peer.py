@@ -79,6 +79,7 @@ def test_a_cold_node_takes_the_warm_nodes_cache(cluster):
     rec = json.loads((ROOT / "artifacts" / rid / "serve" / "node1.json").read_text())
     assert rec["healthy"] == [] and [s["service"] for s in rec["starts"]] == ["llmb-vllm", "llmb-vllm"], rec
     assert rec["starts"][-1]["compile_cache"] == "warm", rec["starts"]
+    assert all(s["since_start_s"] is not None for s in rec["starts"]), rec["starts"]  # systemd knew each start
     (vllm,) = collect(ROOT / "artifacts" / rid)["serve"]["starts"]["node1"]
     assert sum(g["count"] for g in vllm["groups"]) == 2 and "warm" in {g["compile_cache"] for g in vllm["groups"]}
     back = cluster.playbook("playbooks/serve.yml")  # the sample's Ray launch again
