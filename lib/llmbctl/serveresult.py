@@ -4,12 +4,22 @@ serve stage was found converged, nothing of the role ran, so what is left is its
 result for the report. Both are done here in one task (plugins/action/llmb_serve_converged.py) instead
 of two rounds per host (roles/serve/tasks/smoke.yml and report.yml); the records are the ones those
 write when nothing restarted: {services, restarted: [], smoke, healthy: [], compile_cache: {}}.
+
+Every serve record, from either writer, is written by ``record_serve``: the one place that carries the
+host's start history (llmb.starthistory) over from its previous record in the artifacts directory.
 """
 
 from __future__ import annotations
 
+import datetime
+import json
+import os
 from collections.abc import Callable, Mapping
 from typing import Any
+
+from llmb import starthistory
+
+from llmbctl.results import record, result_path
 
 
 class ServeResultError(ValueError):
@@ -80,3 +90,64 @@ def converged_results(doc_hosts: Mapping[str, Any], hosts: list[str], smoke: Smo
         results[host] = {"services": [s["name"] for s in mine], "restarted": [], "smoke": transcripts,
                          "healthy": [], "compile_cache": {}}
     return results, failed
+
+
+_MAX_RECORD_BYTES = 4 << 20  # a serve record is a few kB; one this large is not ours
+
+
+def _previous_starts(path: str) -> tuple[list[dict[str, Any]], str | None]:
+    """The start history in the host's previous serve record at ``path``: ([], None) where there is none
+    (no record yet, or an older one without ``starts``); ([], why) where it cannot be read or is not
+    what a serve record holds (the caller starts a fresh history and says so)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except FileNotFoundError:
+        return [], None
+    except OSError as err:
+        return [], f"cannot open it ({err.strerror or err})"
+    try:
+        with os.fdopen(fd, "rb") as f:
+            raw = f.read(_MAX_RECORD_BYTES + 1)
+    except OSError as err:
+        return [], f"cannot read it ({err.strerror or err})"
+    if len(raw) > _MAX_RECORD_BYTES:
+        return [], f"larger than {_MAX_RECORD_BYTES} bytes"
+    try:
+        doc = json.loads(raw)
+    except (ValueError, RecursionError) as err:
+        return [], f"not JSON ({str(err)[:120]})"
+    if not isinstance(doc, dict):
+        return [], f"expected a JSON object, found {type(doc).__name__}"
+    if "starts" not in doc:
+        return [], None
+    try:
+        return starthistory.check(doc["starts"]), None
+    except starthistory.HistoryError as err:
+        return [], str(err)
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def record_serve(artifacts_dir: str, host: str, data: Mapping[str, Any], started: str | None = None,
+                 at: str | None = None) -> tuple[str, str | None]:
+    """Write the host's serve record (llmbctl.results.record) with ``starts``: the history of its previous
+    record, then one start per service this run started (``data['started_services']``; none without it)
+    and health-waited (``data['healthy']``), its cache state from ``data['compile_cache']``, its time from
+    start to healthy from ``data['since_start_s']`` where known, ``at`` now in UTC unless given; the last
+    starthistory.CAP per service kept.
+    Returns (path, warning): a warning naming the host and the file where the previous history could not
+    be read and a fresh one was started. Raises ServeResultError where this run's ``healthy`` or
+    ``compile_cache`` is not what roles/serve/tasks/report.yml writes."""
+    path = result_path(artifacts_dir, "serve", host)
+    previous, why = _previous_starts(path)
+    try:
+        new = starthistory.from_run(data.get("healthy") or [], data.get("compile_cache") or {},
+                                    data.get("started_services") or [], at or _now(), data.get("since_start_s"))
+    except starthistory.HistoryError as err:
+        raise ServeResultError(f"{host}: serve record: {err}") from None
+    warning = (f"{host}: serve record {path}: its start history cannot be used ({why}); starting a fresh one"
+               if why else None)
+    return record(artifacts_dir, "serve", host, {**data, "starts": starthistory.merge(previous, new)},
+                  started=started), warning

@@ -1,7 +1,7 @@
 """llmb_serve_converged: where serve's fast path found the stage converged on every host, smoke-test every
 planned API endpoint from the controller (llmb.smoke, the checks llmb_smoke makes) and write every host's
-serve result (llmbctl.results), in one task run once: the logic is llmbctl.serveresult. Where an
-endpoint fails a check, nothing is written and ``recorded`` is false: serve.yml then smoke-tests and
+serve result (llmbctl.serveresult.record_serve: the start history carried over), in one task run once:
+the logic is llmbctl.serveresult. Where an endpoint fails a check, nothing is written and ``recorded`` is false: serve.yml then smoke-tests and
 records per host as ever, the failure named on its host. Documentation: plugins/modules/llmb_serve_converged.py.
 """
 
@@ -11,8 +11,8 @@ from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 from llmb.smoke import failures_text, run_smoke
 from llmbctl.plugin import ControllerAction, stage_started
-from llmbctl.results import ResultError, record
-from llmbctl.serveresult import ServeResultError, converged_results
+from llmbctl.results import ResultError
+from llmbctl.serveresult import ServeResultError, converged_results, record_serve
 
 ARG_SPEC = {
     "artifacts_dir": {"type": "path", "required": True},
@@ -56,8 +56,11 @@ class ActionModule(ControllerAction, ActionBase):
             return result
         started = stage_started(task_vars)
         try:
-            paths = [record(args["artifacts_dir"], "serve", h, d, started=started) for h, d in data.items()]
-        except (ResultError, OSError) as err:
+            done = [record_serve(args["artifacts_dir"], h, d, started=started) for h, d in data.items()]
+        except (ResultError, ServeResultError, OSError) as err:
             raise AnsibleActionFail(f"llmb_serve_converged: {err}") from None
+        paths = [p for p, _ in done]
+        if any(w for _, w in done):
+            result["warnings"] = [w for _, w in done if w]
         result.update(changed=False, recorded=True, paths=paths, smoked=sum(len(d["smoke"]) for d in data.values()) if run else 0)
         return result

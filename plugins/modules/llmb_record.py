@@ -10,6 +10,11 @@ description:
     ok: true}) updated with O(data). The one writer of per-host results (llmbctl.results); the report
     stage reads them. Results are controller-side state, so it writes in check mode too and never
     reports a change.
+  - >-
+    Stage serve: the record also keeps C(starts), the host's start history, carried over from its previous
+    record and appended with the health waits of O(data)'s C(started_services)
+    (llmbctl.serveresult.record_serve); a previous record that cannot be used starts a fresh one, with a
+    warning naming the host and the file.
 version_added: "0.1.0"
 author: llm-bringup
 options:

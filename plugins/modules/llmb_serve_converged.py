@@ -10,7 +10,8 @@ description:
     each planned API endpoint from the controller, as a client would (the checks of llmb_smoke: the served
     name, a chat completion with content, reasoning, a tool call, an image, an unknown model's 404), and
     writes every host's serve result (C(<artifacts_dir>/serve/<host>.json): services, restarted [], smoke,
-    healthy [], compile_cache {}), in one task run once instead of two rounds per host.
+    healthy [], compile_cache {}, and starts: the start history of the host's previous record, carried over
+    unchanged), in one task run once instead of two rounds per host.
   - >-
     Where an endpoint fails a check, nothing is written and C(recorded) is false (the per-host tasks then
     smoke-test and record as ever, naming the failure on its host). In check mode, or with O(smoke) false, no

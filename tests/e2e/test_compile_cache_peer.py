@@ -13,14 +13,19 @@ Run alone: LLMB_E2E_CLUSTER=peer23-e2e pytest tests/e2e/test_site.py::test_site_
 from __future__ import annotations
 
 import json
+import time
+from pathlib import Path
 
+from llmb.report import collect
+
+ROOT = Path(__file__).resolve().parents[2]
 CACHE = "/var/cache/llmb/compile/llmb-vllm"
 MARKER = f"{CACHE}/.llmb-cache-peer.json"
 GRAPHS = f"{CACHE}/vllm/torch_compile_cache"
 
 
-def _serve(cluster):
-    run = cluster.playbook("playbooks/serve.yml", "-e", "llmb_vllm_multinode=native")
+def _serve(cluster, run_id):
+    run = cluster.playbook("playbooks/serve.yml", "-e", "llmb_vllm_multinode=native", env={"LLMB_RUN_ID": run_id})
     assert run.rc == 0, run.out[-4000:]
     return run
 
@@ -36,7 +41,8 @@ def _files(cluster, node):
 
 
 def test_a_cold_node_takes_the_warm_nodes_cache(cluster):
-    _serve(cluster)  # both nodes run llmb-vllm (rank 0 and the headless rank 1); each compiles its ranks
+    rid = f"e2e-starts-{int(time.time() * 1000)}"  # one artifacts directory for the three runs: one start history
+    _serve(cluster, rid)  # both nodes run llmb-vllm (rank 0 and the headless rank 1); each compiles its ranks
     mine = _rank_dirs(cluster, "node1")
     assert mine and all(d.endswith("_0") for d in mine), mine
     sent = _files(cluster, "node1")
@@ -46,7 +52,7 @@ def test_a_cold_node_takes_the_warm_nodes_cache(cluster):
     for node in ("node2", "node1"):
         cluster.node(node, "systemctl", "stop", "llmb-vllm")
     cluster.node("node2", "rm", "-rf", CACHE, "/var/lib/llmb/stages/serve.json")
-    _serve(cluster)
+    _serve(cluster, rid)
     marker = json.loads(cluster.node("node2", "cat", MARKER).stdout)
     assert marker["peer"] == "node1" and marker["files"] == len(sent)
     assert marker["bytes"] == sum(int(v) for v in sent.values())
@@ -65,7 +71,16 @@ def test_a_cold_node_takes_the_warm_nodes_cache(cluster):
     assert state.stdout.strip() != "active"
     # converged: node1 warm, node2 peer: nothing is copied again (the marker stays as it was)
     before = cluster.node("node2", "stat", "-c", "%Y", MARKER).stdout
-    _serve(cluster)
+    _serve(cluster, rid)
     assert cluster.node("node2", "stat", "-c", "%Y", MARKER).stdout == before
+    # the serve section's start history (one run id: one artifacts directory): llmb-vllm on node1 started in
+    # the first two runs (the third converged and started nothing, the history carried over), the second time
+    # with its own cache (warm); node2's headless rank has no health check, so no time to healthy
+    rec = json.loads((ROOT / "artifacts" / rid / "serve" / "node1.json").read_text())
+    assert rec["healthy"] == [] and [s["service"] for s in rec["starts"]] == ["llmb-vllm", "llmb-vllm"], rec
+    assert rec["starts"][-1]["compile_cache"] == "warm", rec["starts"]
+    assert all(s["since_start_s"] is not None for s in rec["starts"]), rec["starts"]  # systemd knew each start
+    (vllm,) = collect(ROOT / "artifacts" / rid)["serve"]["starts"]["node1"]
+    assert sum(g["count"] for g in vllm["groups"]) == 2 and "warm" in {g["compile_cache"] for g in vllm["groups"]}
     back = cluster.playbook("playbooks/serve.yml")  # the sample's Ray launch again
     assert back.rc == 0, back.out[-4000:]

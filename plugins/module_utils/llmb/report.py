@@ -8,7 +8,8 @@ before its record was written) counts as failed, and so does a run with no expec
 Outputs, written atomically beside the results: report.json (the aggregate), report.md and one
 self-contained report.html (inline CSS, no script, no external resource): verdict, per stage and
 host status and duration, verify's topology as a device link matrix with NUMA nodes and NIC
-rails (deviations highlighted), weights, serve start order and time to healthy, bench and accuracy
+rails (deviations highlighted), weights, serve start order and time to healthy (this run's, and the
+median of every start recorded per compile cache state: llmb.starthistory), bench and accuracy
 figures against their thresholds and the recipe's reference. Stdlib only.
 """
 
@@ -20,6 +21,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from . import starthistory
 from .finding import Finding
 from .fsutil import atomic_write_text
 from .stages import PIPELINE_STAGES as _PIPELINE
@@ -222,7 +224,17 @@ def _serve(deployment: dict | None, serve: dict[str, dict]) -> dict:
                 cache = r.get("compile_cache") or caches.get(r.get("service"))
                 healthy.setdefault(host, []).append({"service": r.get("service"), "waited_s": r.get("waited_s"),
                                                      "compile_cache": cache if isinstance(cache, str) else None})
-    return {"start_order": order, "healthy": healthy}
+    # every start recorded in this artifacts directory (llmbctl.serveresult.record_serve), per compile
+    # cache state; a history that is not what the writer keeps shows nothing (the writer warned of it)
+    starts = {}
+    for host, d in serve.items():
+        try:
+            history = starthistory.check(d.get("starts") or [])
+        except starthistory.HistoryError:
+            continue
+        if history:
+            starts[host] = starthistory.summary(history)
+    return {"start_order": order, "healthy": healthy, "starts": starts}
 
 
 def _cache_note(compile_cache: Any) -> str:
@@ -240,9 +252,27 @@ def healthy_lines(sv: dict) -> list[str]:
     """One line per health-checked service, in start order: 'llmb-vllm on node1: healthy after 124.6 s (compile
     cache cold)'; a host's services the start order does not name (no deployment document) after them."""
     rows = {(h, r["service"]): r for h, rs in sv["healthy"].items() for r in rs}
+    return [f"{s} on {h}: {healthy_text(rows[(h, s)]['waited_s'], rows[(h, s)]['compile_cache'])}"
+            for h, s in _start_keys(sv, rows)]
+
+
+def starts_text(groups: list[dict]) -> str:
+    """'cold 255.3 s (median of 2), warm 164.4 s (1 start)': a history's groups (starthistory.summary)."""
+    return ", ".join(f"{g['compile_cache']} {_fmt_s(g['median_s'])} "
+                     + (f"(median of {g['count']})" if g["count"] > 1 else "(1 start)") for g in groups)
+
+
+def _start_keys(sv: dict, rows: Any) -> list[tuple[Any, Any]]:
+    """(host, service) of ``rows`` in start order, those the start order does not name after them."""
     keys = [(r["host"], r["service"]) for r in sv["start_order"] if (r["host"], r["service"]) in rows]
-    keys = list(dict.fromkeys(keys + sorted(rows, key=lambda k: (str(k[0]), str(k[1])))))
-    return [f"{s} on {h}: {healthy_text(rows[(h, s)]['waited_s'], rows[(h, s)]['compile_cache'])}" for h, s in keys]
+    return list(dict.fromkeys(keys + sorted(rows, key=lambda k: (str(k[0]), str(k[1])))))
+
+
+def starts_lines(sv: dict) -> list[str]:
+    """One line per host and service with recorded starts, in start order: 'llmb-vllm on node1, starts
+    recorded: cold 255.3 s (median of 2), warm 164.4 s (median of 2), peer 201.0 s (median of 2)'."""
+    rows = {(h, r["service"]): r["groups"] for h, rs in (sv.get("starts") or {}).items() for r in rs}
+    return [f"{s} on {h}, starts recorded: {starts_text(rows[(h, s)])}" for h, s in _start_keys(sv, rows)]
 
 
 def _gates(records: dict[str, dict], key: str) -> list[dict]:
@@ -484,7 +514,7 @@ def render_md(rep: dict) -> str:
         if notes:
             lines += [f"{title} note ({h}): {n}" for h, n in notes]
             lines.append("")
-    serve_lines = healthy_lines(rep["serve"])
+    serve_lines = healthy_lines(rep["serve"]) + starts_lines(rep["serve"])
     if serve_lines:
         lines += ["Serve:", *[f"- {line}" for line in serve_lines], ""]
     if rep.get("upgrade"):
@@ -620,6 +650,14 @@ def render_html(rep: dict) -> str:
             t = _fmt_s(w["waited_s"]) + _cache_note(w.get("compile_cache")) if w.get("waited_s") is not None else None
             p.append(f"<tr><td>{_e(r['order'])}</td><td>{_e(r['host'])}</td><td>{_e(r['service'])}</td>"
                      f"<td>{_e(r['kind'])}</td><td>{_e(t)}</td></tr>")
+        p.append("</table>")
+    history = {(h, r["service"]): r["groups"] for h, rs in (sv.get("starts") or {}).items() for r in rs}
+    if history:
+        p.append('<h2>Serve: starts recorded</h2><table id="serve-starts"><tr><th>host</th><th>service</th>'
+                 "<th>compile cache before the start</th><th>median time to healthy</th><th>starts</th></tr>")
+        for h, s in _start_keys(sv, history):
+            p += [f"<tr><td>{_e(h)}</td><td>{_e(s)}</td><td>{_e(g['compile_cache'])}</td>"
+                  f"<td>{_e(_fmt_s(g['median_s']))}</td><td>{_e(g['count'])}</td></tr>" for g in history[(h, s)]]
         p.append("</table>")
 
     for title, key in (("Bench", "bench"), ("Accuracy", "accuracy")):

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import shutil
+import statistics
 import subprocess
 from pathlib import Path
 
 import pytest
 from llmb.report import API_STAGES, PIPELINE_STAGES, collect, render_html, write_report
 from llmbctl.results import record, timing
+from llmbctl.serveresult import record_serve
 
 ROOT = Path(__file__).resolve().parents[3]
 REAL = ROOT / "docs/examples/verify-real-h200-x2"
@@ -266,3 +268,51 @@ def test_serve_time_to_healthy_says_the_compile_cache(tmp_path):
     assert "- llmb-vllm on node2: healthy after 31.5 s\n" in md
     page = (run / "report.html").read_text()
     assert "<td>124.6 s (compile cache cold)</td>" in page and "<td>31.5 s</td>" in page
+
+
+def test_serve_start_history_medians_per_compile_cache_state(tmp_path):
+    """The serve record's ``starts`` (llmbctl.serveresult.record_serve: every start recorded in this
+    artifacts directory): per host and service, the median time to healthy of each compile cache state
+    with its count, in report.json, report.md and report.html; a run that started nothing (the converged
+    fast path: healthy []) still shows the history."""
+    run = tmp_path / "r"
+    _deployment(run, api=("node1", "node2"))
+    times = {"cold": [250.1, 260.5], "warm": [160.2, 168.6, 171.0], "peer": [201.0]}
+    for state in ("cold", "warm", "peer"):
+        for t in times[state]:
+            record_serve(str(run), "node1", {"healthy": [["llmb-vllm", t]], "compile_cache": {"llmb-vllm": state},
+                                             "started_services": ["llmb-vllm"]})
+    record_serve(str(run), "node2", {"healthy": [["llmb-vllm", 40.0]], "compile_cache": {},  # no state known
+                                     "started_services": ["llmb-vllm"]})
+    for host in ("node1", "node2"):  # the converged re-run: nothing started
+        record_serve(str(run), host, {"healthy": [], "compile_cache": {}})
+    rep = write_report(str(run))
+    assert rep["serve"]["healthy"] == {}  # this run started nothing
+    (vllm,) = rep["serve"]["starts"]["node1"]
+    assert vllm["service"] == "llmb-vllm"
+    want = [(s, statistics.median(times[s]), len(times[s])) for s in ("cold", "warm", "peer")]
+    assert [(g["compile_cache"], g["median_s"], g["count"]) for g in vllm["groups"]] == \
+        [(s, pytest.approx(m), n) for s, m, n in want]
+    assert json.loads((run / "report.json").read_text())["serve"]["starts"] == rep["serve"]["starts"]
+    md = (run / "report.md").read_text()
+    cold, warm, peer = (f"{m:g} s" for _, m, _ in want)  # 255.3 s (the mean of the two), 168.6 s, 201 s
+    assert cold == "255.3 s" and warm == "168.6 s"
+    assert (f"- llmb-vllm on node1, starts recorded: cold {cold} (median of 2), warm {warm} (median of 3), "
+            f"peer {peer} (1 start)\n") in md
+    assert "- llmb-vllm on node2, starts recorded: unknown 40 s (1 start)\n" in md
+    page = (run / "report.html").read_text()
+    table = page[page.index('<table id="serve-starts">'):]
+    table = table[:table.index("</table>")]
+    assert table.count("<tr><td>node1</td><td>llmb-vllm</td>") == 3
+    assert f"<td>cold</td><td>{cold}</td><td>2</td>" in table and f"<td>warm</td><td>{warm}</td><td>3</td>" in table
+    assert f"<td>peer</td><td>{peer}</td><td>1</td>" in table and "<td>unknown</td><td>40 s</td><td>1</td>" in table
+
+
+def test_serve_start_history_that_is_not_the_writers_shows_nothing(tmp_path):
+    run = tmp_path / "r"
+    _deployment(run)
+    record(str(run), "serve", "node1", {"healthy": [["llmb-vllm", 10.0]], "starts": [{"service": "<x>", "waited_s": "soon"}]})
+    record(str(run), "serve", "node2", {"healthy": [], "starts": "everything"})
+    rep = write_report(str(run))
+    assert rep["serve"]["starts"] == {} and "starts recorded" not in (run / "report.md").read_text()
+    assert 'id="serve-starts"' not in (run / "report.html").read_text()

@@ -62,6 +62,9 @@ PLAYBOOK = """
     - name: Show what was replaced
       ansible.builtin.debug:
         msg: "REPLACED={{ _serve_replaced | to_json }}"
+    - name: Show what was started (the start history's starts)
+      ansible.builtin.debug:
+        msg: "STARTED={{ _serve_started | default([]) | to_json }}"
 """.replace("IMAGE_REF", IMAGE).replace("IMAGE_DIGEST", DIGEST)
 
 
@@ -93,9 +96,9 @@ def play(env: dict, tmp: Path, svcs: list[dict], *extra: str) -> subprocess.Comp
         cwd=ROOT, env=env, capture_output=True, text=True, check=False, timeout=300)
 
 
-def replaced(run: subprocess.CompletedProcess) -> list[str]:
-    line = next(ln for ln in run.stdout.splitlines() if "REPLACED=" in ln)
-    return json.loads(line.split("REPLACED=", 1)[1].rstrip('"').replace('\\"', '"'))
+def replaced(run: subprocess.CompletedProcess, key: str = "REPLACED") -> list[str]:
+    line = next(ln for ln in run.stdout.splitlines() if f"{key}=" in ln)
+    return json.loads(line.split(f"{key}=", 1)[1].rstrip('"').replace('\\"', '"'))
 
 
 def test_levels_create_leave_and_replace_only_the_changed_container(env, tmp_path):
@@ -105,6 +108,7 @@ def test_levels_create_leave_and_replace_only_the_changed_container(env, tmp_pat
     boxes = json.loads(state.read_text())["containers"]
     assert set(boxes) == {"head-box", "other-box"}
     assert replaced(first) == ["localhost/head-box", "localhost/other-box"]
+    assert replaced(first, "STARTED") == ["head-box", "other-box"]  # both started: both join the start history
     assert SECRET not in first.stdout + first.stderr  # -v output: loop items are names, secrets masked
     files = json.loads(state.read_text())["env_files"]
     assert f"HF_TOKEN={SECRET}\n" in files[0] and "HCCL_IF_IP=10.0.0.1\n" in files[0]
@@ -113,6 +117,7 @@ def test_levels_create_leave_and_replace_only_the_changed_container(env, tmp_pat
     changed = play(env, tmp_path, services("/m2"))
     assert changed.returncode == 0, changed.stdout[-4000:]
     assert replaced(changed) == ["localhost/head-box"]
+    assert replaced(changed, "STARTED") == ["head-box"]  # other-box ran on: its health wait is no start
     now = json.loads(state.read_text())["containers"]
     assert now["head-box"]["_argv"][-1] == "/m2"
     assert now["other-box"]["_argv"] == boxes["other-box"]["_argv"]
