@@ -142,3 +142,27 @@ def peer_plan(states: dict, plans: dict, seed: str | None = None, enabled: bool 
                     senders[src].append(name)
     return {"receivers": {h: receivers[h] for h in hosts if h in receivers},
             "senders": {h: sorted(senders[h]) for h in hosts if h in senders}}
+
+
+# a start is as cold as its coldest node: one rank that compiles holds the group back
+_COLDEST_FIRST = ("cold", "peer", "warm")
+
+
+def group_states(after: dict) -> dict[str, dict[str, str]]:
+    """The compile cache state of each host's services as a start of the serving group: for a service, the
+    coldest state (cold, then peer, then warm) over every host running a service of that name (the one
+    group of the inventory: a group's rank 0 answers the health check while its other nodes hold ranks
+    of the same start). ``after`` is each host's states after a peer copy (llmb_compile_cache_after);
+    hosts or services without a known state are left out. The report's start history files a start under
+    it: a rebuilt node filled from a peer makes the group's start a ``peer`` start, not rank 0's ``warm``."""
+    if not isinstance(after, dict):
+        raise PeerPlanError("compile cache states: expected a mapping of host to {service: state}")
+    seen: dict[str, list[str]] = {}
+    for h, st in after.items():
+        if not isinstance(st, dict):
+            raise PeerPlanError(f"{h}: compile cache state: expected service -> cold|warm|peer, found {st!r:.80}")
+        for name, value in st.items():
+            if value in STATES:
+                seen.setdefault(name, []).append(value)
+    coldest = {n: next(s for s in _COLDEST_FIRST if s in vals) for n, vals in seen.items()}
+    return {h: {n: coldest[n] for n, v in st.items() if v in STATES} for h, st in after.items()}

@@ -134,7 +134,8 @@ def record_serve(artifacts_dir: str, host: str, data: Mapping[str, Any], started
                  at: str | None = None) -> tuple[str, str | None]:
     """Write the host's serve record (llmbctl.results.record) with ``starts``: the history of its previous
     record, then one start per service this run started (``data['started_services']``; none without it)
-    and health-waited (``data['healthy']``), its cache state from ``data['compile_cache']``, its time from
+    and health-waited (``data['healthy']``), its cache state from ``data['group_compile_cache']`` (the state as
+    a start of its group) else ``data['compile_cache']``, its time from
     start to healthy from ``data['since_start_s']`` where known, ``at`` now in UTC unless given; the last
     starthistory.CAP per service kept.
     Returns (path, warning): a warning naming the host and the file where the previous history could not
@@ -143,7 +144,11 @@ def record_serve(artifacts_dir: str, host: str, data: Mapping[str, Any], started
     path = result_path(artifacts_dir, "serve", host)
     previous, why = _previous_starts(path)
     try:
-        new = starthistory.from_run(data.get("healthy") or [], data.get("compile_cache") or {},
+        group = data.get("group_compile_cache") or {}
+        if not isinstance(group, Mapping):
+            raise starthistory.HistoryError(f"group_compile_cache: expected a mapping of service to state, found {group!r:.80}")
+        cache = data.get("compile_cache") or {}
+        new = starthistory.from_run(data.get("healthy") or [], {**cache, **group} if isinstance(cache, Mapping) else cache,
                                     data.get("started_services") or [], at or _now(), data.get("since_start_s"))
     except starthistory.HistoryError as err:
         raise ServeResultError(f"{host}: serve record: {err}") from None

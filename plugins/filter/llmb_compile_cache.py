@@ -3,12 +3,13 @@
     peers: "{{ ansible_play_hosts | llmb_compile_cache_peers(hostvars, '__serve_compile_cache') }}"
     jobs: "{{ peers.receivers[inventory_hostname] | llmb_compile_cache_jobs(hostvars, '__serve_cache_send', services) }}"
     state: "{{ __serve_compile_cache.state | llmb_compile_cache_after(__serve_cache_received | default({})) }}"
+    group: "{{ ansible_play_hosts | llmb_compile_cache_group(hostvars, '__serve_compile_cache', '__serve_cache_received') }}"
 """
 
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
-from llmbctl.compilecache import PeerPlanError, peer_plan
+from llmbctl.compilecache import PeerPlanError, group_states, peer_plan
 
 
 def _get(hostvars, host, key):
@@ -56,10 +57,28 @@ def llmb_compile_cache_after(state, received):
     return out
 
 
+def llmb_compile_cache_group(hosts, hostvars, result_var="__serve_compile_cache", received_var="__serve_cache_received",
+                             host=None):
+    """Each host's {service: state as a start of the group} (llmbctl.compilecache.group_states) over the
+    play's hosts, or ``host``'s alone; a host whose cache call was skipped has none."""
+    after = {}
+    for h in hosts:
+        res = _get(hostvars, h, result_var) or {}
+        got = _get(hostvars, h, received_var) or {}
+        after[h] = llmb_compile_cache_after(res.get("state") if isinstance(res, dict) else {},
+                                            got if isinstance(got, dict) else {})
+    try:
+        groups = group_states(after)
+    except PeerPlanError as err:
+        raise AnsibleFilterError(f"compile cache group: {err}") from None
+    return groups.get(host, {}) if host is not None else groups
+
+
 class FilterModule:
     def filters(self):
         return {
             "llmb_compile_cache_peers": llmb_compile_cache_peers,
             "llmb_compile_cache_jobs": llmb_compile_cache_jobs,
             "llmb_compile_cache_after": llmb_compile_cache_after,
+            "llmb_compile_cache_group": llmb_compile_cache_group,
         }

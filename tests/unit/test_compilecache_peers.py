@@ -93,3 +93,20 @@ def test_only_the_same_service_name():
 def test_bad_input_names_the_host_and_value(states, plans_, seed, word):
     with pytest.raises(PeerPlanError, match=word):
         peer_plan(states, plans_, seed=seed)
+
+
+def test_a_start_is_as_cold_as_its_coldest_node():
+    """The 2x H200 peer run: node1 (rank 0, the health check) warm, node2 rebuilt and filled from node1: the
+    group's start is a peer start; any cold node makes it cold; a service only some hosts run, or a state
+    not known, is its own."""
+    from llmbctl.compilecache import group_states
+
+    assert group_states({"n1": {"llmb-vllm": "warm"}, "n2": {"llmb-vllm": "peer"}}) == \
+        {"n1": {"llmb-vllm": "peer"}, "n2": {"llmb-vllm": "peer"}}
+    assert group_states({"n1": {"llmb-vllm": "warm"}, "n2": {"llmb-vllm": "peer"}, "n3": {"llmb-vllm": "cold"}})["n1"] \
+        == {"llmb-vllm": "cold"}
+    assert group_states({"n1": {"llmb-vllm": "warm", "router": "cold"}, "n2": {"llmb-vllm": "warm"}, "n3": {}}) == \
+        {"n1": {"llmb-vllm": "warm", "router": "cold"}, "n2": {"llmb-vllm": "warm"}, "n3": {}}
+    assert group_states({"n1": {"llmb-vllm": "warm"}, "n2": {"llmb-vllm": None}})["n1"] == {"llmb-vllm": "warm"}
+    with pytest.raises(PeerPlanError, match="n2: compile cache state"):
+        group_states({"n1": {}, "n2": ["cold"]})

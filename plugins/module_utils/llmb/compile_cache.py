@@ -100,7 +100,7 @@ def open_for_relay(path: str, check: bool = False) -> list[str]:
     those it would open."""
     root = os.path.normpath(path)
     opened = []
-    for dirpath, dirnames, filenames in os.walk(root):
+    for dirpath, _dirnames, filenames in os.walk(root):
         rel_dir = os.path.relpath(dirpath, root)
         targets = [(dirpath, rel_dir, True)]
         targets += [(os.path.join(dirpath, n), n if rel_dir == "." else f"{rel_dir}/{n}", False) for n in filenames]

@@ -217,12 +217,17 @@ def _serve(deployment: dict | None, serve: dict[str, dict]) -> dict:
     for host, d in serve.items():
         # the compile cache before the start, per service (roles/serve/tasks/report.yml; older records: none)
         caches = d.get("compile_cache") if isinstance(d.get("compile_cache"), dict) else {}
+        # seconds from the service's start to healthy, where the health wait knew the start (llmb_service_ready)
+        since = d.get("since_start_s") if isinstance(d.get("since_start_s"), dict) else {}
         for r in d.get("healthy") or []:  # [service, seconds] (roles/serve/tasks/report.yml) or a dict
             if isinstance(r, (list, tuple)) and len(r) in (2, 3):
                 r = {"service": r[0], "waited_s": r[1], **({"compile_cache": r[2]} if len(r) == 3 else {})}
             if isinstance(r, dict):
                 cache = r.get("compile_cache") or caches.get(r.get("service"))
+                from_start = since.get(r.get("service"))
+                from_start = from_start if isinstance(from_start, (int, float)) and not isinstance(from_start, bool) else None
                 healthy.setdefault(host, []).append({"service": r.get("service"), "waited_s": r.get("waited_s"),
+                                                     "since_start_s": from_start,
                                                      "compile_cache": cache if isinstance(cache, str) else None})
     # every start recorded in this artifacts directory (llmbctl.serveresult.record_serve), per compile
     # cache state; a history that is not what the writer keeps shows nothing (the writer warned of it)
@@ -242,9 +247,14 @@ def _cache_note(compile_cache: Any) -> str:
     return f" (compile cache {compile_cache})" if compile_cache else ""
 
 
-def healthy_text(waited_s: Any, compile_cache: Any = None) -> str:
-    """'healthy after 124.6 s (compile cache cold)'; without a cache state (an older record), the time alone."""
-    text = f"healthy after {_fmt_s(waited_s)}" if waited_s is not None else "healthy (time not recorded)"
+def healthy_text(waited_s: Any, compile_cache: Any = None, since_start_s: Any = None) -> str:
+    """'healthy 255.3 s after its start (compile cache cold)' where the start is known (a group's rank 0 waits
+    for every level before its health wait: the wait alone leaves its lead out), else 'healthy after 124.6 s'
+    (the health wait); without a cache state (an older record), the time alone."""
+    if since_start_s is not None:
+        text = f"healthy {_fmt_s(since_start_s)} after its start"
+    else:
+        text = f"healthy after {_fmt_s(waited_s)}" if waited_s is not None else "healthy (time not recorded)"
     return text + _cache_note(compile_cache)
 
 
@@ -252,7 +262,7 @@ def healthy_lines(sv: dict) -> list[str]:
     """One line per health-checked service, in start order: 'llmb-vllm on node1: healthy after 124.6 s (compile
     cache cold)'; a host's services the start order does not name (no deployment document) after them."""
     rows = {(h, r["service"]): r for h, rs in sv["healthy"].items() for r in rs}
-    return [f"{s} on {h}: {healthy_text(rows[(h, s)]['waited_s'], rows[(h, s)]['compile_cache'])}"
+    return [f"{s} on {h}: {healthy_text(rows[(h, s)]['waited_s'], rows[(h, s)]['compile_cache'], rows[(h, s)].get('since_start_s'))}"
             for h, s in _start_keys(sv, rows)]
 
 
@@ -647,7 +657,9 @@ def render_html(rep: dict) -> str:
         waits = {(h, r["service"]): r for h, rs in sv["healthy"].items() for r in rs}
         for r in sv["start_order"]:
             w = waits.get((r["host"], r["service"])) or {}
-            t = _fmt_s(w["waited_s"]) + _cache_note(w.get("compile_cache")) if w.get("waited_s") is not None else None
+            t = (f"{_fmt_s(w['since_start_s'])} from its start" if w.get("since_start_s") is not None
+                 else _fmt_s(w["waited_s"]) if w.get("waited_s") is not None else None)
+            t = t + _cache_note(w.get("compile_cache")) if t else None
             p.append(f"<tr><td>{_e(r['order'])}</td><td>{_e(r['host'])}</td><td>{_e(r['service'])}</td>"
                      f"<td>{_e(r['kind'])}</td><td>{_e(t)}</td></tr>")
         p.append("</table>")

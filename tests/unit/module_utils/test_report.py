@@ -261,7 +261,8 @@ def test_serve_time_to_healthy_says_the_compile_cache(tmp_path):
                                         "compile_cache": {"llmb-vllm": "cold"}})
     record(str(run), "serve", "node2", {"healthy": [["llmb-vllm", 31.5]]})  # older record: no cache state
     rep = write_report(str(run))
-    assert rep["serve"]["healthy"]["node1"][1] == {"service": "llmb-vllm", "waited_s": 124.6, "compile_cache": "cold"}
+    assert rep["serve"]["healthy"]["node1"][1] == {"service": "llmb-vllm", "waited_s": 124.6, "since_start_s": None,
+                                                   "compile_cache": "cold"}
     md = (run / "report.md").read_text()
     assert "- llmb-vllm on node1: healthy after 124.6 s (compile cache cold)" in md
     assert "- llmb-ray on node1: healthy after 2 s\n" in md
@@ -316,3 +317,18 @@ def test_serve_start_history_that_is_not_the_writers_shows_nothing(tmp_path):
     rep = write_report(str(run))
     assert rep["serve"]["starts"] == {} and "starts recorded" not in (run / "report.md").read_text()
     assert 'id="serve-starts"' not in (run / "report.html").read_text()
+
+
+def test_serve_time_to_healthy_is_from_the_start_where_the_start_is_known(tmp_path):
+    """A group's rank 0 is health-waited after every level started: 170 s of wait on 2x H200 where the group
+    took 255 s from rank 0's start. The record's since_start_s (llmb_service_ready) is what the report says."""
+    run = tmp_path / "r"
+    _deployment(run, api=("node1", "node2"))
+    record(str(run), "serve", "node1", {"healthy": [["llmb-vllm", 170.2]], "compile_cache": {"llmb-vllm": "cold"},
+                                        "since_start_s": {"llmb-vllm": 255.3}})
+    rep = write_report(str(run))
+    assert rep["serve"]["healthy"]["node1"][0]["since_start_s"] == 255.3
+    md = (run / "report.md").read_text()
+    assert "- llmb-vllm on node1: healthy 255.3 s after its start (compile cache cold)" in md
+    assert "170.2" not in md.split("Serve", 1)[-1].split("starts recorded", 1)[0]
+    assert "<td>255.3 s from its start (compile cache cold)</td>" in (run / "report.html").read_text()

@@ -123,3 +123,17 @@ def test_an_older_record_without_a_history_starts_one_quietly(tmp_path):
 def test_health_waits_that_are_not_report_ymls_fail_naming_the_host(tmp_path):
     with pytest.raises(AnsibleActionFail, match=r"node1: .*healthy\[0\]"):
         _report_yml_run(tmp_path, "node1", [["llmb-vllm"]], {})
+
+
+def test_a_start_is_filed_under_its_groups_state_not_rank_0s_own(tmp_path):
+    """roles/serve/tasks/report.yml hands the group's state (llmb_compile_cache_group): rank 0's own cache was
+    warm, its group's rebuilt node took a peer's copy: the start history files a peer start; the record's own
+    compile_cache still says what rank 0's cache held."""
+    args = {"artifacts_dir": str(tmp_path), "stage": "serve", "host": None, "hosts": [],
+            "data": {"services": ["llmb-vllm"], "restarted": [], "smoke": [], "healthy": [["llmb-vllm", 150.0]],
+                     "compile_cache": {"llmb-vllm": "warm"}, "group_compile_cache": {"llmb-vllm": "peer"},
+                     "started_services": ["llmb-vllm"], "since_start_s": {"llmb-vllm": 233.5}}}
+    _load("llmb_record").act(args, {"inventory_hostname": "node1", "hostvars": CLOCK}, {})
+    (start,) = _starts(tmp_path, "node1")
+    assert (start["compile_cache"], start["since_start_s"]) == ("peer", 233.5)
+    assert json.loads((tmp_path / "serve" / "node1.json").read_text())["compile_cache"] == {"llmb-vllm": "warm"}
