@@ -7,7 +7,8 @@
 ``states`` is each host's llmb_compile_cache result (service -> cold | warm | peer, before the start);
 ``plans`` each host's serve plan (HostPlan.to_dict()). A cold service gets a source when another host
 runs a service of the same name whose cache is ``warm`` (its own engine wrote it: a ``peer`` copy is
-never passed on, so a bad copy cannot spread) and whose plan digest is the same.
+never passed on, so a bad copy cannot spread, until the node's group has started whole on it: the serve role
+then adopts it, llmb.compile_cache.adopt, and it is ``warm``) and whose plan digest is the same.
 
 The digest (``service_digest``) covers what decides what the engine compiles: the image, argv and
 environment, with what differs per node left out because it changes no compiled kernel:

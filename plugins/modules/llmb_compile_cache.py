@@ -12,6 +12,13 @@ description:
     a marker beside them), then creates it when missing (I(mode)). One call for every service of the host."
 options:
   dirs: {description: "Service name to its cache directory (absolute).", type: dict, required: true}
+  state:
+    description: "C(present): create and describe (before the start). C(adopted): after the group started whole,
+      a cache of O(dirs) filled from a peer becomes this node's own (warm from then on; its marker kept as
+      C(.llmb-cache-peer.adopted.json))."
+    type: str
+    choices: [present, adopted]
+    default: present
   mode: {description: Mode of a directory it creates., type: str, default: "0755"}
   host: {description: This node's inventory name (for messages)., type: str, required: true}
 attributes:
@@ -28,6 +35,7 @@ EXAMPLES = r"""
 RETURN = r"""
 state: {description: "Service name to cold, warm or peer (before this run's start).", type: dict, returned: always}
 created: {description: Directories created (in check mode, that would be)., type: list, returned: always}
+adopted: {description: Directories adopted (state=adopted; in check mode, that would be)., type: list, returned: always}
 """
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
@@ -38,6 +46,7 @@ def main():
     m = AnsibleModule(
         argument_spec=dict(
             dirs=dict(type="dict", required=True),
+            state=dict(type="str", default="present", choices=["present", "adopted"]),
             mode=dict(type="str", default="0755"),
             host=dict(type="str", required=True),
         ),
@@ -50,13 +59,21 @@ def main():
             raise ValueError
     except ValueError:
         m.fail_json(msg=f"{host}: mode: expected an octal file mode such as 0755, found {m.params['mode']!r}")
+    if m.params["state"] == "adopted":
+        try:
+            adopted = compile_cache.adopt(m.params["dirs"], check=m.check_mode)
+        except ValueError as exc:
+            m.fail_json(msg=f"{host}: {exc}")
+        except OSError as exc:
+            m.fail_json(msg=f"{host}: cannot adopt a compile cache filled from a peer: {exc}")
+        m.exit_json(changed=bool(adopted), state={}, created=[], adopted=adopted)
     try:
         result = compile_cache.prepare(m.params["dirs"], mode, check=m.check_mode)
     except ValueError as exc:
         m.fail_json(msg=f"{host}: {exc}")
     except OSError as exc:
         m.fail_json(msg=f"{host}: cannot create a compile cache directory: {exc}")
-    m.exit_json(changed=bool(result["created"]), **result)
+    m.exit_json(changed=bool(result["created"]), adopted=[], **result)
 
 
 if __name__ == "__main__":

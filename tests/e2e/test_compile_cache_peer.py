@@ -21,6 +21,7 @@ from llmb.report import collect
 ROOT = Path(__file__).resolve().parents[2]
 CACHE = "/var/cache/llmb/compile/llmb-vllm"
 MARKER = f"{CACHE}/.llmb-cache-peer.json"
+ADOPTED = f"{CACHE}/.llmb-cache-peer.adopted.json"  # the marker once the group started whole on the copy
 GRAPHS = f"{CACHE}/vllm/torch_compile_cache"
 
 
@@ -53,7 +54,9 @@ def test_a_cold_node_takes_the_warm_nodes_cache(cluster):
         cluster.node(node, "systemctl", "stop", "llmb-vllm")
     cluster.node("node2", "rm", "-rf", CACHE, "/var/lib/llmb/stages/serve.json")
     _serve(cluster, rid)
-    marker = json.loads(cluster.node("node2", "cat", MARKER).stdout)
+    # the group started whole on the copy: node2 adopted it (warm from now on, its provenance kept)
+    assert cluster.node("node2", "test", "-e", MARKER, check=False).returncode != 0
+    marker = json.loads(cluster.node("node2", "cat", ADOPTED).stdout)
     assert marker["peer"] == "node1" and marker["files"] == len(sent)
     assert marker["bytes"] == sum(int(v) for v in sent.values())
     got = _files(cluster, "node2")
@@ -69,10 +72,10 @@ def test_a_cold_node_takes_the_warm_nodes_cache(cluster):
     assert "Compiling a graph" in log and "Directly load" not in log, log[-2000:]
     state = cluster.node("node1", "systemctl", "show", "-p", "ActiveState", "--value", "llmb-cache-relay-llmb-vllm", check=False)
     assert state.stdout.strip() != "active"
-    # converged: node1 warm, node2 peer: nothing is copied again (the marker stays as it was)
-    before = cluster.node("node2", "stat", "-c", "%Y", MARKER).stdout
+    # converged: node1 warm, node2 warm (adopted): nothing is copied again (the marker stays as it was)
+    before = cluster.node("node2", "stat", "-c", "%Y", ADOPTED).stdout
     _serve(cluster, rid)
-    assert cluster.node("node2", "stat", "-c", "%Y", MARKER).stdout == before
+    assert cluster.node("node2", "stat", "-c", "%Y", ADOPTED).stdout == before
     # the serve section's start history (one run id: one artifacts directory): llmb-vllm on node1 started in
     # the first two runs (the third converged and started nothing, the history carried over), the second time
     # as a peer start: its own cache was warm, but its group's node2 took a peer's copy (the group's coldest);

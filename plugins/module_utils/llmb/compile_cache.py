@@ -4,7 +4,9 @@ created when missing, and what it holds said in one word for the report's time t
 - ``cold``: missing, or no file in it (empty subdirectories an engine left do not count);
 - ``warm``: files this node's engine wrote;
 - ``peer``: files copied from another node's cache of the same service, which leaves PEER_MARKER (JSON
-  naming the peer) in the directory.
+  naming the peer) in the directory, until the node's group has started whole on it (``adopt``: the marker
+  becomes ADOPTED_MARKER, the cache this node's own, ``warm``; seen on 2x H200: without it, every later
+  start of the group was filed as a peer start).
 
 A cold cache can be filled from a peer (llmb_compile_cache_peer): the sender lists its files
 (``manifest``: path, size, sha256; a cache with a link or a file the relay's unprivileged user cannot
@@ -27,6 +29,9 @@ import stat
 
 STATES = ("cold", "warm", "peer")
 PEER_MARKER = ".llmb-cache-peer.json"
+# the peer marker once the node's group started whole on the copy (``adopt``): the cache is then this
+# node's own (warm, and may be passed on); the file keeps where it came from
+ADOPTED_MARKER = ".llmb-cache-peer.adopted.json"
 INCOMING_SUFFIX = ".llmb-incoming"
 BUFSIZE = 4 * 1024 * 1024
 
@@ -40,7 +45,7 @@ def _has_file(path: str) -> bool:
                 for e in it:
                     if e.is_dir(follow_symlinks=False):
                         stack.append(e.path)
-                    elif e.name != PEER_MARKER:
+                    elif e.name not in (PEER_MARKER, ADOPTED_MARKER):
                         return True
         except (FileNotFoundError, NotADirectoryError, PermissionError):
             continue
@@ -81,6 +86,20 @@ def prepare(dirs: object, mode: int = 0o755, check: bool = False) -> dict:
                 os.makedirs(path, mode=mode, exist_ok=True)
                 os.chmod(path, mode)
     return {"state": state, "created": created}
+
+
+def adopt(dirs: object, check: bool = False) -> list[str]:
+    """The ``peer`` caches of ``dirs`` made this node's own once its group started whole on them: the peer
+    marker renamed to ADOPTED_MARKER (classify then says warm: the next start is a warm one, and the cache may
+    be passed on, proven by a whole start). Returns the directories adopted (in ``check`` mode, that would be)."""
+    done = []
+    for _name, path in check_dirs(dirs):
+        if classify(path) != "peer":
+            continue
+        done.append(path)
+        if not check:
+            os.replace(os.path.join(path, PEER_MARKER), os.path.join(path, ADOPTED_MARKER))
+    return done
 
 
 def _sha256(path: str) -> str:
@@ -144,7 +163,7 @@ def manifest(path: str, modes: bool = True) -> dict:
         for name in filenames:
             full = os.path.join(dirpath, name)
             rel = name if rel_dir == "." else f"{rel_dir}/{name}"
-            if rel == PEER_MARKER:
+            if rel in (PEER_MARKER, ADOPTED_MARKER):
                 continue
             lst = os.lstat(full)
             if stat.S_ISLNK(lst.st_mode) or not stat.S_ISREG(lst.st_mode):

@@ -70,3 +70,31 @@ def test_module_creates_once_and_reports_states(tmp_path, monkeypatch, capsys):
     assert again["changed"] is False and again["state"] == {"llmb-vllm": "warm"}
     bad = run_module("llmb_compile_cache", {"dirs": {"llmb-vllm": "x"}, "host": "node1"}, monkeypatch, capsys)
     assert bad["failed"] is True and bad["msg"].startswith("node1: dirs[llmb-vllm]")
+
+
+def test_a_peer_filled_cache_is_adopted_once_its_group_started_whole(tmp_path, monkeypatch, capsys):
+    """2x H200 (fourth device session): a node filled from a peer kept its marker, and each later start of
+    its group was filed as a peer start. Adopted after a whole start, it is warm (and may be passed on); the
+    provenance stays in the adopted marker. Cold and warm caches are left as they are."""
+    peer = tmp_path / "peer"
+    (peer / "vllm").mkdir(parents=True)
+    (peer / "vllm" / "x.bin").write_bytes(b"x")
+    (peer / cc.PEER_MARKER).write_text('{"peer": "node1"}')
+    warm = tmp_path / "warm"
+    warm.mkdir()
+    (warm / "k").write_text("k")
+    dirs = {"llmb-vllm": str(peer), "other": str(warm), "cold": str(tmp_path / "none")}
+    seen = run_module("llmb_compile_cache", {"state": "adopted", "dirs": dirs, "host": "n2", "_ansible_check_mode": True},
+                      monkeypatch, capsys)
+    assert seen["adopted"] == [str(peer)] and seen["changed"] is True and cc.classify(str(peer)) == "peer"
+    got = run_module("llmb_compile_cache", {"state": "adopted", "dirs": dirs, "host": "n2"}, monkeypatch, capsys)
+    assert got["adopted"] == [str(peer)] and cc.classify(str(peer)) == "warm" and cc.classify(str(warm)) == "warm"
+    assert (peer / cc.ADOPTED_MARKER).read_text() == '{"peer": "node1"}' and not (peer / cc.PEER_MARKER).exists()
+    assert [f["path"] for f in cc.manifest(str(peer))["files"]] == ["vllm/x.bin"]  # the markers are not served
+    again = run_module("llmb_compile_cache", {"state": "adopted", "dirs": dirs, "host": "n2"}, monkeypatch, capsys)
+    assert again["changed"] is False and again["adopted"] == []
+    # a cache holding nothing but an adopted marker is cold
+    only = tmp_path / "only"
+    only.mkdir()
+    (only / cc.ADOPTED_MARKER).write_text("{}")
+    assert cc.classify(str(only)) == "cold"
