@@ -111,7 +111,7 @@ def receive(m, todo, timeout):
             continue
 
         def fetch(base, entries, dest):
-            return peer.fetch(base, entries, dest, timeout=float(timeout))
+            return peer.fetch(base, entries, dest, timeout=float(timeout), originals=False)
 
         out[name] = compile_cache.receive(job["url"], files, path, job["source"], job["digest"], fetch)
     return out

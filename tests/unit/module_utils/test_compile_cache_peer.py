@@ -37,10 +37,22 @@ def warm(tmp_path):
     return root
 
 
+ASKED: list[str] = []  # every path the test relay was asked for
+
+
+class _Handler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *a):
+        pass
+
+    def do_GET(self):
+        ASKED.append(self.path)
+        super().do_GET()
+
+
 @pytest.fixture
 def server(warm):
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(warm))
-    handler.log_message = lambda *a: None
+    ASKED.clear()
+    handler = functools.partial(_Handler, directory=str(warm))
     srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     t = threading.Thread(target=srv.serve_forever, daemon=True)
     t.start()
@@ -136,6 +148,8 @@ def test_the_module_serves_receives_and_stops(warm, server, tmp_path, monkeypatc
     got = run_module("llmb_compile_cache_peer", {"state": "received", "receive": {"llmb-vllm": job}, "host": "n2"},
                      monkeypatch, capsys)
     assert got["changed"] is True and got["received"]["llmb-vllm"]["manifest_sha256"] == man["manifest_sha256"]
+    # each file asked for once: a cache has no unpatched originals (the weights' .orig first was a 404 a file)
+    assert sorted(ASKED) == sorted("/" + f["path"] for f in man["files"])
     assert cc.classify(str(cold)) == "peer"
     again = run_module("llmb_compile_cache_peer", {"state": "received", "receive": {"llmb-vllm": job}, "host": "n2"},
                        monkeypatch, capsys)

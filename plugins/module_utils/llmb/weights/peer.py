@@ -79,14 +79,14 @@ def wait_ready(urls: list[str], digest: str, timeout: float, poll: float = POLL_
     return round(time.monotonic() - t0, 3)
 
 
-def _pull(base_url: str, entry: dict, dest: str, timeout: float) -> dict:
+def _pull(base_url: str, entry: dict, dest: str, timeout: float, originals: bool = True) -> dict:
     rel = entry["path"]
     partial_dir = os.path.join(dest, PARTIAL_DIR)
     tmp = os.path.join(partial_dir, rel.replace("/", "%2F"))
     base = base_url.rstrip("/")
     resp = None
     used = rel
-    for name in (rel + ORIG_SUFFIX, rel):
+    for name in ((rel + ORIG_SUFFIX, rel) if originals else (rel,)):
         try:
             resp = _get(f"{base}/{quote(name)}", timeout)
             used = name
@@ -140,8 +140,11 @@ def _unlink(path: str) -> None:
         pass
 
 
-def fetch(base_url: str, entries: list[dict], dest: str, workers: int = 8, timeout: float = 60.0) -> dict:
-    """Pull ``entries`` from the peer into ``dest``; every file verified on arrival."""
+def fetch(base_url: str, entries: list[dict], dest: str, workers: int = 8, timeout: float = 60.0,
+          originals: bool = True) -> dict:
+    """Pull ``entries`` from the peer into ``dest``; every file verified on arrival. ``originals``: ask for a
+    file's unpatched original (ORIG_SUFFIX) first, as the weights need; a compile cache has none (on 4x H200
+    every file of the cache was asked for twice, once with a 404)."""
     t0 = time.monotonic()
     partial_dir = os.path.join(dest, PARTIAL_DIR)
     os.makedirs(partial_dir, exist_ok=True)
@@ -149,7 +152,7 @@ def fetch(base_url: str, entries: list[dict], dest: str, workers: int = 8, timeo
         n = max(1, min(workers, len(entries)))
         ordered = sorted(entries, key=lambda e: -e["size"])
         with ThreadPoolExecutor(max_workers=n) as ex:
-            done = list(ex.map(lambda e: _pull(base_url, e, dest, timeout), ordered))
+            done = list(ex.map(lambda e: _pull(base_url, e, dest, timeout, originals), ordered))
     finally:
         shutil.rmtree(partial_dir, ignore_errors=True)
     return {"files": sorted(d["path"] for d in done), "bytes": sum(d["bytes"] for d in done),
