@@ -311,27 +311,6 @@ def test_group_members_filter_reads_every_hosts_look():
     assert not v["whole"] and "node2: llmb-vllm (vllm-headless): unit failed" in v["msg"]
 
 
-def _health_server():
-    """A local API answering /health 200 and /v1/models with one model (what wait() polls)."""
-    import http.server
-    import threading
-
-    class H(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):
-            body = b'{"data": [{"id": "kimi-k2"}]}' if self.path == "/v1/models" else b""
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *a):
-            pass
-
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    return srv
-
-
 @pytest.mark.parametrize("kind,answer,expect", [
     # systemd: the unit's main process started 250 s ago on CLOCK_MONOTONIC (microseconds)
     ("systemd", lambda now_mono, now_wall: str(int((now_mono - 250.0) * 1e6)), 250.0),
@@ -348,10 +327,10 @@ def test_healthy_says_the_time_since_the_services_start_not_only_the_wait(kind, 
     carries the time since the unit's (or container's) start beside the wait."""
     import time as _t
 
+    from enginesim.api import ApiConfig, serving
     from llmb.ready import Watch, wait
 
-    srv = _health_server()
-    try:
+    with serving(ApiConfig(engine="vllm", version="0.26.0", served_names=["kimi-k2"], model_path="/m")) as v1:
         stamp = answer(_t.monotonic(), _t.time())
 
         def run(argv):
@@ -365,11 +344,8 @@ def test_healthy_says_the_time_since_the_services_start_not_only_the_wait(kind, 
 
         w = Watch(run, "llmb-vllm", kind)
         w.dead = lambda: None
-        url = f"http://127.0.0.1:{srv.server_address[1]}/health"
+        url = v1.removesuffix("/v1") + "/health"
         got = wait(w, None, {"url": url, "expect_model": "kimi-k2"}, timeout_s=5, interval_s=1)
-    finally:
-        srv.shutdown()
-        srv.server_close()
     assert got["models"] == ["kimi-k2"] and got["waited_s"] < 5
     if expect is None:
         assert "since_start_s" not in got
