@@ -144,12 +144,14 @@ def record_serve(artifacts_dir: str, host: str, data: Mapping[str, Any], started
     path = result_path(artifacts_dir, "serve", host)
     previous, why = _previous_starts(path)
     try:
-        group = data.get("group_compile_cache") or {}
-        if not isinstance(group, Mapping):
-            raise starthistory.HistoryError(f"group_compile_cache: expected a mapping of service to state, found {group!r:.80}")
-        cache = data.get("compile_cache") or {}
-        new = starthistory.from_run(data.get("healthy") or [], {**cache, **group} if isinstance(cache, Mapping) else cache,
-                                    data.get("started_services") or [], at or _now(), data.get("since_start_s"))
+        states = {}  # a start's state: its group's where report.yml gave it, else the host's own cache's
+        for key in ("compile_cache", "group_compile_cache"):
+            value = data.get(key) or {}
+            if not isinstance(value, Mapping):
+                raise starthistory.HistoryError(f"{key}: expected a mapping of service to state, found {value!r:.80}")
+            states.update(value)
+        new = starthistory.from_run(data.get("healthy") or [], states, data.get("started_services") or [],
+                                    at or _now(), data.get("since_start_s"))
     except starthistory.HistoryError as err:
         raise ServeResultError(f"{host}: serve record: {err}") from None
     warning = (f"{host}: serve record {path}: its start history cannot be used ({why}); starting a fresh one"
